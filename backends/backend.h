@@ -1,0 +1,24 @@
+// Backend: where kernels run. The CPU backend is always built; GPU backends are plugins.
+#pragma once
+
+#include <memory>
+#include <string_view>
+
+#include "kernels/view.h"
+
+namespace tessera {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+  // Computes args.box of args.node into args.out. Never throws; errors come back as status.
+  virtual absl::Status run(const KernelArgs& args) = 0;
+};
+
+// The CPU backend: optimised kernels where registered, the reference kernels otherwise.
+std::unique_ptr<Backend> make_cpu_backend();
+// The reference backend: scalar reference kernels only (the oracle).
+std::unique_ptr<Backend> make_reference_backend();
+
+}  // namespace tessera

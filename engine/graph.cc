@@ -1,0 +1,183 @@
+#include "engine/graph.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "engine/op_def.h"
+#include "xxhash.h"
+
+namespace tessera {
+
+const Node& Tensor::node() const {
+  if (graph == nullptr || id < 0 || id >= graph->size()) throw Error("[graph] invalid tensor handle");
+  return graph->node(id);
+}
+const Shape& Tensor::shape() const { return node().shape; }
+DType Tensor::dtype() const { return node().dtype; }
+int Tensor::rank() const { return node().rank(); }
+int64_t Tensor::dim(int axis) const {
+  int r = rank();
+  if (axis < -r || axis >= r) throw Error(absl::StrCat("[graph] axis ", axis, " out of range for rank ", r));
+  return shape()[static_cast<size_t>(axis < 0 ? axis + r : axis)];
+}
+
+uint64_t node_hash(const Node& node, uint64_t constant_content_hash) {
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_64bits_reset(state);
+  auto feed = [&](const void* p, size_t n) { XXH3_64bits_update(state, p, n); };
+  uint8_t kind = static_cast<uint8_t>(node.kind), dtype = static_cast<uint8_t>(node.dtype);
+  feed(&kind, 1);
+  feed(&dtype, 1);
+  feed(node.shape.data(), node.shape.size() * sizeof(int64_t));
+  feed(node.inputs.data(), node.inputs.size() * sizeof(NodeId));
+  feed(node.attrs.ints.data(), node.attrs.ints.size() * sizeof(int64_t));
+  feed(node.attrs.floats.data(), node.attrs.floats.size() * sizeof(double));
+  feed(node.attrs.name.data(), node.attrs.name.size());
+  feed(&constant_content_hash, sizeof(constant_content_hash));
+  uint64_t h = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  return h;
+}
+
+static void check_shape(std::string_view op, const Shape& shape) {
+  if (shape.size() > kMaxRank) fail(op, absl::StrCat("rank ", shape.size(), " exceeds ", kMaxRank));
+  for (int64_t d : shape)
+    if (d < 0) fail(op, absl::StrCat("negative dimension in shape ", shape_string(shape)));
+}
+
+Tensor Graph::input(std::string_view name, const Shape& shape, DType dtype) {
+  if (name.empty()) fail("input", "empty name");
+  if (find_input(name) >= 0) fail("input", "duplicate input name '" + std::string(name) + "'");
+  check_shape("input", shape);
+  Node node;
+  node.kind = OpKind::Input;
+  node.dtype = dtype;
+  node.shape = shape;
+  node.attrs.name = std::string(name);
+  Tensor t = intern(std::move(node));
+  input_ids_.push_back(t.id);
+  return t;
+}
+
+Tensor Graph::add_constant(const Shape& shape, DType dtype, ConstantData data) {
+  check_shape("constant", shape);
+  if (data.size_bytes != shape_volume(shape) * dtype_size(dtype))
+    fail("constant", absl::StrCat("got ", data.size_bytes, " bytes for shape ", shape_string(shape),
+                                  " of ", dtype_name(dtype)));
+  Node node;
+  node.kind = OpKind::Constant;
+  node.dtype = dtype;
+  node.shape = shape;
+  uint64_t content = XXH3_64bits(data.data, static_cast<size_t>(data.size_bytes));
+  uint64_t h = node_hash(node, content);
+  auto it = by_hash_.find(h);
+  if (it != by_hash_.end())
+    for (NodeId id : it->second) {
+      const Node& other = nodes_[static_cast<size_t>(id)];
+      const ConstantData& od = constants_[static_cast<size_t>(other.constant)];
+      if (other.kind == OpKind::Constant && other.dtype == dtype && other.shape == shape &&
+          std::memcmp(od.data, data.data, static_cast<size_t>(data.size_bytes)) == 0)
+        return Tensor{this, id};
+    }
+  node.constant = static_cast<int32_t>(constants_.size());
+  constants_.push_back(std::move(data));
+  NodeId id = static_cast<NodeId>(nodes_.size());
+  nodes_.push_back(std::move(node));
+  by_hash_[h].push_back(id);
+  return Tensor{this, id};
+}
+
+Tensor Graph::constant(const Shape& shape, DType dtype, std::span<const std::byte> bytes) {
+  auto copy = std::make_shared<std::vector<std::byte>>(bytes.begin(), bytes.end());
+  ConstantData data{copy->data(), static_cast<int64_t>(copy->size()), copy};
+  return add_constant(shape, dtype, std::move(data));
+}
+
+Tensor Graph::constant_external(const Shape& shape, DType dtype, const void* data,
+                                std::shared_ptr<const void> owner) {
+  ConstantData d{data, shape_volume(shape) * dtype_size(dtype), std::move(owner)};
+  return add_constant(shape, dtype, std::move(d));
+}
+
+Tensor Graph::constant(const Shape& shape, const std::vector<float>& values) {
+  return constant(shape, DType::F32, std::as_bytes(std::span<const float>(values)));
+}
+
+Tensor Graph::scalar(float value, DType dtype) {
+  std::byte bytes[8] = {};
+  switch (dtype) {
+    case DType::F32: std::memcpy(bytes, &value, 4); break;
+    case DType::F16: { uint16_t h = float_to_half(value); std::memcpy(bytes, &h, 2); break; }
+    case DType::BF16: { uint16_t h = float_to_bf16(value); std::memcpy(bytes, &h, 2); break; }
+    case DType::I32: { int32_t v = static_cast<int32_t>(value); std::memcpy(bytes, &v, 4); break; }
+    case DType::I64: { int64_t v = static_cast<int64_t>(value); std::memcpy(bytes, &v, 8); break; }
+    case DType::Bool: bytes[0] = std::byte{value != 0}; break;
+  }
+  return constant(Shape{}, dtype, std::span<const std::byte>(bytes, static_cast<size_t>(dtype_size(dtype))));
+}
+
+void Graph::output(std::string_view name, Tensor t) {
+  if (t.graph != this) fail("output", "tensor belongs to another graph");
+  if (find_output(name) >= 0) fail("output", "duplicate output name '" + std::string(name) + "'");
+  outputs_.emplace_back(std::string(name), t.id);
+}
+
+Tensor Graph::add_node(OpKind kind, std::span<const Tensor> inputs, Attrs attrs) {
+  const OpDef& def = op_def(kind);
+  int n = static_cast<int>(inputs.size());
+  if (n < def.min_inputs || n > def.max_inputs)
+    fail(def.name, absl::StrCat("expects ", def.min_inputs, "..", def.max_inputs, " inputs, got ", n));
+  Node node;
+  node.kind = kind;
+  node.attrs = std::move(attrs);
+  for (const Tensor& t : inputs) {
+    if (t.graph != this) fail(def.name, "input tensor belongs to another graph (or is empty)");
+    node.inputs.push_back(t.id);
+  }
+  def.infer(*this, node);
+  check_shape(def.name, node.shape);
+  return intern(std::move(node));
+}
+
+Tensor Graph::intern(Node node) {
+  uint64_t h = node_hash(node, 0);
+  auto& bucket = by_hash_[h];
+  for (NodeId id : bucket) {
+    const Node& other = nodes_[static_cast<size_t>(id)];
+    if (other.kind == node.kind && other.dtype == node.dtype && other.shape == node.shape &&
+        other.inputs == node.inputs && other.attrs == node.attrs && other.constant < 0)
+      return Tensor{this, id};
+  }
+  NodeId id = static_cast<NodeId>(nodes_.size());
+  nodes_.push_back(std::move(node));
+  bucket.push_back(id);
+  return Tensor{this, id};
+}
+
+NodeId Graph::find_input(std::string_view name) const {
+  for (NodeId id : input_ids_)
+    if (nodes_[static_cast<size_t>(id)].attrs.name == name) return id;
+  return -1;
+}
+
+NodeId Graph::find_output(std::string_view name) const {
+  for (const auto& [n, id] : outputs_)
+    if (n == name) return id;
+  return -1;
+}
+
+uint64_t Graph::structure_hash() const {
+  uint64_t h = 0;
+  for (const Node& n : nodes_) {
+    uint64_t content = 0;
+    if (n.constant >= 0) {
+      const ConstantData& d = constants_[static_cast<size_t>(n.constant)];
+      content = XXH3_64bits(d.data, static_cast<size_t>(d.size_bytes));
+    }
+    uint64_t nh = node_hash(n, content);
+    h = XXH3_64bits_withSeed(&nh, sizeof(nh), h);
+  }
+  return h;
+}
+
+}  // namespace tessera

@@ -1,0 +1,146 @@
+// Graph: an arena of immutable, hash-consed nodes in topological order.
+//
+// Ops are added through the free functions of engine/ops.h; each returns a `Tensor` handle.
+// Adding a node with the same op, attributes and inputs as an existing one returns the
+// existing node. Constants are deduplicated by content (xxHash). Inputs are named and have a
+// fixed capacity; outputs are named aliases of nodes.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
+#include "engine/dtype.h"
+#include "engine/error.h"
+
+namespace tessera {
+
+using NodeId = int32_t;
+
+enum class OpKind : uint8_t {
+  Input,
+  Constant,
+  Unary,
+  Binary,
+  Where,
+  Cast,
+  Reduce,
+  Cumsum,
+  Matmul,
+  Reshape,
+  Permute,
+  Slice,
+  Pad,
+  Concat,
+  Repeat,
+  Flip,
+  Expand,
+  Gather,
+  Triangle,
+  Arange,
+  Rand,
+  Softmax,
+  RmsNorm,
+  LayerNorm,
+  GroupNorm,
+  Rope,
+  Conv2d,
+  Pool2d,
+  Upsample,
+  Attention,
+  Count,
+};
+
+// Small attribute bag with equality and hashing. Each op documents, in its definition block,
+// what its ints and floats mean.
+struct Attrs {
+  absl::InlinedVector<int64_t, 8> ints;
+  absl::InlinedVector<double, 2> floats;
+  std::string name;  // inputs only
+  friend bool operator==(const Attrs&, const Attrs&) = default;
+};
+
+struct Node {
+  OpKind kind = OpKind::Input;
+  DType dtype = DType::F32;
+  Shape shape;
+  absl::InlinedVector<NodeId, 3> inputs;
+  Attrs attrs;
+  int32_t constant = -1;  // index into Graph::constant_data for OpKind::Constant
+
+  int rank() const { return static_cast<int>(shape.size()); }
+  int64_t volume() const { return shape_volume(shape); }
+  int64_t size_bytes() const { return volume() * dtype_size(dtype); }
+};
+
+class Graph;
+
+// A handle to a node of a graph. Cheap to copy; valid while the graph lives.
+struct Tensor {
+  Graph* graph = nullptr;
+  NodeId id = -1;
+
+  const Node& node() const;
+  const Shape& shape() const;
+  DType dtype() const;
+  int rank() const;
+  int64_t dim(int axis) const;  // negative axes count from the end
+};
+
+// Read-only bytes of a constant; `owner` keeps external memory (e.g. a file mapping) alive.
+struct ConstantData {
+  const void* data = nullptr;
+  int64_t size_bytes = 0;
+  std::shared_ptr<const void> owner;
+};
+
+class Graph {
+ public:
+  Graph() = default;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  // A named input of fixed capacity. Values start at zero.
+  Tensor input(std::string_view name, const Shape& shape, DType dtype);
+  // A constant holding a copy of `bytes` (size must match shape and dtype).
+  Tensor constant(const Shape& shape, DType dtype, std::span<const std::byte> bytes);
+  // A constant over external memory kept alive by `owner` (no copy).
+  Tensor constant_external(const Shape& shape, DType dtype, const void* data,
+                           std::shared_ptr<const void> owner);
+  Tensor constant(const Shape& shape, const std::vector<float>& values);
+  Tensor scalar(float value, DType dtype = DType::F32);
+  // Names a node as an output readable through GraphSession::read.
+  void output(std::string_view name, Tensor t);
+
+  // Adds (or finds) a node; validates through the op's definition. Throws Error.
+  Tensor add_node(OpKind kind, std::span<const Tensor> inputs, Attrs attrs);
+
+  int32_t size() const { return static_cast<int32_t>(nodes_.size()); }
+  const Node& node(NodeId id) const { return nodes_[static_cast<size_t>(id)]; }
+  const ConstantData& constant_data(int32_t index) const { return constants_[static_cast<size_t>(index)]; }
+  NodeId find_input(std::string_view name) const;   // -1 when unknown
+  NodeId find_output(std::string_view name) const;  // -1 when unknown
+  const std::vector<NodeId>& inputs() const { return input_ids_; }
+  const std::vector<std::pair<std::string, NodeId>>& outputs() const { return outputs_; }
+  // 64-bit structural hash of the whole graph (xxHash).
+  uint64_t structure_hash() const;
+
+ private:
+  Tensor intern(Node node);
+  Tensor add_constant(const Shape& shape, DType dtype, ConstantData data);
+
+  std::vector<Node> nodes_;
+  std::vector<ConstantData> constants_;
+  absl::flat_hash_map<uint64_t, absl::InlinedVector<NodeId, 1>> by_hash_;
+  std::vector<NodeId> input_ids_;
+  std::vector<std::pair<std::string, NodeId>> outputs_;
+};
+
+uint64_t node_hash(const Node& node, uint64_t constant_content_hash);
+
+}  // namespace tessera

@@ -1,0 +1,203 @@
+// Elementwise ops: unary, binary (broadcasting), where, cast.
+#include "absl/strings/str_cat.h"
+#include "engine/op_def.h"
+#include "engine/ops.h"
+
+namespace tessera {
+
+Shape broadcast_shapes(std::string_view op, const Shape& a, const Shape& b) {
+  const size_t rank = std::max(a.size(), b.size());
+  Shape out(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
+    int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
+    if (da != db && da != 1 && db != 1)
+      fail(op, absl::StrCat("shapes ", shape_string(a), " and ", shape_string(b), " do not broadcast"));
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+Box broadcast_needed(const Shape& input, const Shape& output, const Box& out_box) {
+  const int offset = static_cast<int>(output.size() - input.size());
+  Box b = Box::of_rank(static_cast<int>(input.size()));
+  for (int d = 0; d < b.rank(); ++d) {
+    if (out_box.empty()) return b;  // empty stays empty
+    b[d] = (input[d] == 1 && output[d + offset] != 1) ? Interval(0, 1) : out_box[d + offset];
+  }
+  return b;
+}
+
+Box broadcast_forward(const Shape& input, const Shape& output, const Box& dirty) {
+  const int offset = static_cast<int>(output.size() - input.size());
+  Box b = Box::full(output);
+  for (int d = 0; d < static_cast<int>(input.size()); ++d)
+    if (!(input[d] == 1 && output[d + offset] != 1)) b[d + offset] = dirty[d];
+  return b;
+}
+
+void identity_forward(const Graph&, const Node&, int, const Box& dirty, Region& out) { out.add(dirty); }
+
+void identity_needed(const Graph&, const Node&, const Box& out, std::span<Box> inputs) {
+  for (Box& b : inputs) b = out;
+}
+
+static void broadcast_forward_rule(const Graph& g, const Node& node, int i, const Box& dirty, Region& out) {
+  out.add(broadcast_forward(input_node(g, node, i).shape, node.shape, dirty));
+}
+
+static void broadcast_needed_rule(const Graph& g, const Node& node, const Box& out, std::span<Box> inputs) {
+  for (size_t i = 0; i < inputs.size(); ++i)
+    inputs[i] = broadcast_needed(input_node(g, node, static_cast<int>(i)).shape, node.shape, out);
+}
+
+// ---- unary: ints[0] = UnaryFn -------------------------------------------------------------
+static bool unary_accepts_integers(UnaryFn fn) {
+  return fn == UnaryFn::Neg || fn == UnaryFn::Abs || fn == UnaryFn::Sign || fn == UnaryFn::Relu;
+}
+
+const OpDef kUnaryDef{
+    .name = "unary",
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .infer =
+        [](const Graph& g, Node& node) {
+          if (node.attrs.ints.size() != 1 || node.attrs.ints[0] < 0 ||
+              node.attrs.ints[0] >= static_cast<int64_t>(UnaryFn::Count))
+            fail("unary", "unknown function");
+          const Node& x = input_node(g, node, 0);
+          auto fn = static_cast<UnaryFn>(node.attrs.ints[0]);
+          if (x.dtype == DType::Bool || (is_integer(x.dtype) && !unary_accepts_integers(fn)))
+            fail(op_display_name(node), absl::StrCat("does not accept ", dtype_name(x.dtype)));
+          node.shape = x.shape;
+          node.dtype = x.dtype;
+        },
+    .forward = identity_forward,
+    .needed = identity_needed,
+};
+
+Tensor unary(UnaryFn fn, Tensor x) {
+  Tensor in[] = {x};
+  return x.graph->add_node(OpKind::Unary, in, Attrs{.ints = {static_cast<int64_t>(fn)}});
+}
+Tensor neg(Tensor x) { return unary(UnaryFn::Neg, x); }
+Tensor exp(Tensor x) { return unary(UnaryFn::Exp, x); }
+Tensor log(Tensor x) { return unary(UnaryFn::Log, x); }
+Tensor sqrt(Tensor x) { return unary(UnaryFn::Sqrt, x); }
+Tensor rsqrt(Tensor x) { return unary(UnaryFn::Rsqrt, x); }
+Tensor abs(Tensor x) { return unary(UnaryFn::Abs, x); }
+Tensor sign(Tensor x) { return unary(UnaryFn::Sign, x); }
+Tensor reciprocal(Tensor x) { return unary(UnaryFn::Reciprocal, x); }
+Tensor relu(Tensor x) { return unary(UnaryFn::Relu, x); }
+Tensor sigmoid(Tensor x) { return unary(UnaryFn::Sigmoid, x); }
+Tensor tanh(Tensor x) { return unary(UnaryFn::Tanh, x); }
+Tensor sin(Tensor x) { return unary(UnaryFn::Sin, x); }
+Tensor cos(Tensor x) { return unary(UnaryFn::Cos, x); }
+Tensor gelu(Tensor x, bool tanh_approximation) {
+  return unary(tanh_approximation ? UnaryFn::GeluTanh : UnaryFn::GeluErf, x);
+}
+Tensor silu(Tensor x) { return unary(UnaryFn::Silu, x); }
+Tensor floor(Tensor x) { return unary(UnaryFn::Floor, x); }
+Tensor ceil(Tensor x) { return unary(UnaryFn::Ceil, x); }
+Tensor round(Tensor x) { return unary(UnaryFn::Round, x); }
+
+// ---- binary: ints[0] = BinaryFn -----------------------------------------------------------
+static bool is_comparison(BinaryFn fn) { return fn >= BinaryFn::Eq; }
+
+const OpDef kBinaryDef{
+    .name = "binary",
+    .min_inputs = 2,
+    .max_inputs = 2,
+    .infer =
+        [](const Graph& g, Node& node) {
+          if (node.attrs.ints.size() != 1 || node.attrs.ints[0] < 0 ||
+              node.attrs.ints[0] >= static_cast<int64_t>(BinaryFn::Count))
+            fail("binary", "unknown function");
+          const Node& a = input_node(g, node, 0);
+          const Node& b = input_node(g, node, 1);
+          std::string name = op_display_name(node);
+          if (a.dtype != b.dtype)
+            fail(name, absl::StrCat("dtype mismatch: ", dtype_name(a.dtype), " vs ", dtype_name(b.dtype)));
+          auto fn = static_cast<BinaryFn>(node.attrs.ints[0]);
+          if (a.dtype == DType::Bool && !(fn == BinaryFn::Eq || fn == BinaryFn::Ne ||
+                                          fn == BinaryFn::Minimum || fn == BinaryFn::Maximum))
+            fail(name, "does not accept bool");
+          node.shape = broadcast_shapes(name, a.shape, b.shape);
+          node.dtype = is_comparison(fn) ? DType::Bool : a.dtype;
+        },
+    .forward = broadcast_forward_rule,
+    .needed = broadcast_needed_rule,
+};
+
+Tensor binary(BinaryFn fn, Tensor a, Tensor b) {
+  Tensor in[] = {a, b};
+  if (a.graph == nullptr) fail("binary", "empty tensor");
+  return a.graph->add_node(OpKind::Binary, in, Attrs{.ints = {static_cast<int64_t>(fn)}});
+}
+Tensor add(Tensor a, Tensor b) { return binary(BinaryFn::Add, a, b); }
+Tensor sub(Tensor a, Tensor b) { return binary(BinaryFn::Sub, a, b); }
+Tensor mul(Tensor a, Tensor b) { return binary(BinaryFn::Mul, a, b); }
+Tensor div(Tensor a, Tensor b) { return binary(BinaryFn::Div, a, b); }
+Tensor pow(Tensor a, Tensor b) { return binary(BinaryFn::Pow, a, b); }
+Tensor minimum(Tensor a, Tensor b) { return binary(BinaryFn::Minimum, a, b); }
+Tensor maximum(Tensor a, Tensor b) { return binary(BinaryFn::Maximum, a, b); }
+Tensor eq(Tensor a, Tensor b) { return binary(BinaryFn::Eq, a, b); }
+Tensor ne(Tensor a, Tensor b) { return binary(BinaryFn::Ne, a, b); }
+Tensor lt(Tensor a, Tensor b) { return binary(BinaryFn::Lt, a, b); }
+Tensor le(Tensor a, Tensor b) { return binary(BinaryFn::Le, a, b); }
+Tensor gt(Tensor a, Tensor b) { return binary(BinaryFn::Gt, a, b); }
+Tensor ge(Tensor a, Tensor b) { return binary(BinaryFn::Ge, a, b); }
+Tensor operator+(Tensor a, Tensor b) { return add(a, b); }
+Tensor operator-(Tensor a, Tensor b) { return sub(a, b); }
+Tensor operator*(Tensor a, Tensor b) { return mul(a, b); }
+Tensor operator/(Tensor a, Tensor b) { return div(a, b); }
+
+// ---- where(cond, a, b) --------------------------------------------------------------------
+const OpDef kWhereDef{
+    .name = "where",
+    .min_inputs = 3,
+    .max_inputs = 3,
+    .infer =
+        [](const Graph& g, Node& node) {
+          const Node& c = input_node(g, node, 0);
+          const Node& a = input_node(g, node, 1);
+          const Node& b = input_node(g, node, 2);
+          if (c.dtype != DType::Bool) fail("where", "condition must be bool");
+          if (a.dtype != b.dtype)
+            fail("where", absl::StrCat("dtype mismatch: ", dtype_name(a.dtype), " vs ", dtype_name(b.dtype)));
+          node.shape = broadcast_shapes("where", broadcast_shapes("where", c.shape, a.shape), b.shape);
+          node.dtype = a.dtype;
+        },
+    .forward = broadcast_forward_rule,
+    .needed = broadcast_needed_rule,
+};
+
+Tensor where(Tensor cond, Tensor a, Tensor b) {
+  Tensor in[] = {cond, a, b};
+  if (cond.graph == nullptr) fail("where", "empty tensor");
+  return cond.graph->add_node(OpKind::Where, in, {});
+}
+
+// ---- cast: ints[0] = target DType ---------------------------------------------------------
+const OpDef kCastDef{
+    .name = "cast",
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .infer =
+        [](const Graph& g, Node& node) {
+          if (node.attrs.ints.size() != 1 || node.attrs.ints[0] < 0 ||
+              node.attrs.ints[0] > static_cast<int64_t>(DType::Bool))
+            fail("cast", "unknown target dtype");
+          node.shape = input_node(g, node, 0).shape;
+          node.dtype = static_cast<DType>(node.attrs.ints[0]);
+        },
+    .forward = identity_forward,
+    .needed = identity_needed,
+};
+
+Tensor cast(Tensor x, DType dtype) {
+  Tensor in[] = {x};
+  return x.graph->add_node(OpKind::Cast, in, Attrs{.ints = {static_cast<int64_t>(dtype)}});
+}
+
+}  // namespace tessera

@@ -1,0 +1,75 @@
+// Box: an axis-aligned box of tensor elements, per dimension a half-open [begin, end).
+// Pure geometry: no tensor data. Rank is at most kMaxRank. Trivially copyable.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+
+namespace tessera {
+
+inline constexpr int kMaxRank = 8;
+
+// One dimension of a box. Empty when end <= begin.
+struct Interval {
+  int64_t begin = 0;
+  int64_t end = 0;
+  constexpr Interval() = default;
+  constexpr Interval(int64_t b, int64_t e) : begin(b), end(e) {}
+  constexpr int64_t size() const { return end > begin ? end - begin : 0; }
+  constexpr bool empty() const { return end <= begin; }
+  friend constexpr bool operator==(const Interval&, const Interval&) = default;
+};
+
+class Box {
+ public:
+  Box() = default;
+  // Box{{0, 7}} is one dimension [0, 7); Box{{6, 7}, {0, 32}} is two dimensions.
+  Box(std::initializer_list<Interval> dims);
+  // The full box of a shape: [0, shape[i]) per dimension.
+  template <class Shape>
+  static Box full(const Shape& shape) {
+    Box b;
+    b.rank_ = static_cast<int>(shape.size());
+    for (int i = 0; i < b.rank_; ++i) b.dims_[i] = Interval(0, shape[i]);
+    return b;
+  }
+  static Box of_rank(int rank);  // every dimension [0, 0): empty
+
+  int rank() const { return rank_; }
+  const Interval& operator[](int i) const { return dims_[i]; }
+  Interval& operator[](int i) { return dims_[i]; }
+  int64_t begin(int i) const { return dims_[i].begin; }
+  int64_t end(int i) const { return dims_[i].end; }
+  int64_t extent(int i) const { return dims_[i].size(); }
+
+  // A box of rank 0 holds exactly one element (a scalar); otherwise empty if any dim is empty.
+  bool empty() const;
+  int64_t volume() const;
+  bool contains(const Box& other) const;  // other empty -> true
+  bool contains_point(const int64_t* index) const;
+  bool intersects(const Box& other) const;
+  Box intersect(const Box& other) const;  // may be empty
+  Box hull(const Box& other) const;       // bounding box; an empty side is ignored
+  // True when every dimension lies inside [0, shape[i]).
+  template <class Shape>
+  bool inside(const Shape& shape) const {
+    if (static_cast<int>(shape.size()) != rank_) return false;
+    for (int i = 0; i < rank_; ++i)
+      if (dims_[i].begin < 0 || dims_[i].end > shape[i] || dims_[i].begin > dims_[i].end)
+        return false;
+    return true;
+  }
+  std::string to_string() const;
+
+  friend bool operator==(const Box& a, const Box& b);
+  friend bool operator<(const Box& a, const Box& b);  // lexicographic on begins then ends
+
+ private:
+  int rank_ = 0;
+  std::array<Interval, kMaxRank> dims_{};
+};
+
+}  // namespace tessera
