@@ -1,12 +1,266 @@
-// PLACEHOLDER: to be replaced by the real definitions.
+// Index-shaped ops: matmul, gather, triangle masks, and the generators arange and rand.
+#include "absl/strings/str_cat.h"
 #include "engine/op_def.h"
+#include "engine/ops.h"
 
 namespace tessera {
 
-const OpDef kMatmulDef{.name = "matmul", .min_inputs = 0, .max_inputs = 8, .infer = [](const Graph&, Node&) { fail("matmul", "not implemented"); }};
-const OpDef kGatherDef{.name = "gather", .min_inputs = 0, .max_inputs = 8, .infer = [](const Graph&, Node&) { fail("gather", "not implemented"); }};
-const OpDef kTriangleDef{.name = "triangle", .min_inputs = 0, .max_inputs = 8, .infer = [](const Graph&, Node&) { fail("triangle", "not implemented"); }};
-const OpDef kArangeDef{.name = "arange", .min_inputs = 0, .max_inputs = 8, .infer = [](const Graph&, Node&) { fail("arange", "not implemented"); }};
-const OpDef kRandDef{.name = "rand", .min_inputs = 0, .max_inputs = 8, .infer = [](const Graph&, Node&) { fail("rand", "not implemented"); }};
+namespace {
+
+void no_forward(const Graph&, const Node&, int, const Box&, Region&) {}
+void no_needed(const Graph&, const Node&, const Box&, std::span<Box>) {}
+
+// The leading `count` dims of a shape or box (the batch dims of matmul, the index dims of gather).
+Shape leading_dims(const Shape& shape, int count) { return Shape(shape.begin(), shape.begin() + count); }
+Box leading_box(const Box& box, int begin, int count) {
+  Box b = Box::of_rank(count);
+  for (int d = 0; d < count; ++d) b[d] = box[begin + d];
+  return b;
+}
+
+void check_tensor(std::string_view op, const Tensor& t) {
+  if (t.graph == nullptr) fail(op, "empty tensor");
+}
+
+}  // namespace
+
+// ---- matmul(a [..., M, K], b [..., K, N]) -> [..., M, N] ------------------------------------
+// No attrs. Both ranks >= 2, same float dtype; the batch dims (all but the last two) broadcast
+// numpy-style, so a [B, M, K] x b [K, N] is a batched product with one shared b.
+// Rules: a row of a feeds one row of C (every column); a column of b feeds one column of C
+// (every row); K is reduced, so K-dirt anywhere in a row/column dirties the whole of it. Batch
+// dims follow broadcasting (a broadcast batch dim of an input widens to full).
+namespace {
+
+void matmul_forward(const Graph& g, const Node& node, int input, const Box& dirty, Region& out) {
+  if (dirty.empty()) return;
+  const Node& x = input_node(g, node, input);
+  const int out_batch = node.rank() - 2, x_batch = x.rank() - 2;
+  Box in_batch = broadcast_forward(leading_dims(x.shape, x_batch), leading_dims(node.shape, out_batch),
+                                   leading_box(dirty, 0, x_batch));
+  Box b = Box::full(node.shape);
+  for (int d = 0; d < out_batch; ++d) b[d] = in_batch[d];
+  if (input == 0) b[out_batch] = dirty[x_batch];          // rows of a -> rows of C
+  else b[out_batch + 1] = dirty[x_batch + 1];             // cols of b -> cols of C
+  out.add(b);
+}
+
+void matmul_needed(const Graph& g, const Node& node, const Box& out, std::span<Box> inputs) {
+  const int out_batch = node.rank() - 2;
+  for (int i = 0; i < 2; ++i) {
+    const Node& x = input_node(g, node, i);
+    if (out.empty()) {
+      inputs[static_cast<size_t>(i)] = Box::of_rank(x.rank());
+      continue;
+    }
+    const int x_batch = x.rank() - 2;
+    Box batch = broadcast_needed(leading_dims(x.shape, x_batch), leading_dims(node.shape, out_batch),
+                                 leading_box(out, out_batch - x_batch, x_batch));
+    Box b = Box::full(x.shape);  // all K
+    for (int d = 0; d < x_batch; ++d) b[d] = batch[d];
+    if (i == 0) b[x_batch] = out[out_batch];                // rows of the box
+    else b[x_batch + 1] = out[out_batch + 1];               // cols of the box
+    inputs[static_cast<size_t>(i)] = b;
+  }
+}
+
+}  // namespace
+
+const OpDef kMatmulDef{
+    .name = "matmul",
+    .min_inputs = 2,
+    .max_inputs = 2,
+    .infer =
+        [](const Graph& g, Node& node) {
+          if (!node.attrs.ints.empty() || !node.attrs.floats.empty()) fail("matmul", "takes no attributes");
+          const Node& a = input_node(g, node, 0);
+          const Node& b = input_node(g, node, 1);
+          if (a.rank() < 2 || b.rank() < 2)
+            fail("matmul", absl::StrCat("inputs need rank >= 2, got ", shape_string(a.shape), " and ",
+                                        shape_string(b.shape)));
+          if (a.dtype != b.dtype)
+            fail("matmul", absl::StrCat("dtype mismatch: ", dtype_name(a.dtype), " vs ", dtype_name(b.dtype)));
+          if (!is_float(a.dtype)) fail("matmul", absl::StrCat("needs float inputs, got ", dtype_name(a.dtype)));
+          const int64_t k_a = a.shape[static_cast<size_t>(a.rank() - 1)];
+          const int64_t k_b = b.shape[static_cast<size_t>(b.rank() - 2)];
+          if (k_a != k_b)
+            fail("matmul", absl::StrCat("inner dimensions differ: ", shape_string(a.shape), " x ",
+                                        shape_string(b.shape), " (K ", k_a, " vs ", k_b, ")"));
+          Shape shape = broadcast_shapes("matmul", leading_dims(a.shape, a.rank() - 2),
+                                         leading_dims(b.shape, b.rank() - 2));
+          shape.push_back(a.shape[static_cast<size_t>(a.rank() - 2)]);
+          shape.push_back(b.shape[static_cast<size_t>(b.rank() - 1)]);
+          node.shape = std::move(shape);
+          node.dtype = a.dtype;
+        },
+    .forward = matmul_forward,
+    .needed = matmul_needed,
+};
+
+Tensor matmul(Tensor a, Tensor b) {
+  check_tensor("matmul", a);
+  Tensor in[] = {a, b};
+  return a.graph->add_node(OpKind::Matmul, in, {});
+}
+
+// ---- gather(table [V, ...rest], ids [...idx]) -> [...idx, ...rest] ---------------------------
+// No attrs. Embedding lookup along axis 0 of the table; ids are i32 or i64, and an id outside
+// [0, V) fails the kernel with a status (never a crash).
+// Rules: a dirty id position dirties its output row (all of rest). Which outputs read a dirty
+// table row depends on the ids' values, so table dirt dirties every index position (only the
+// dirty part of rest). needed: ids at the box's index part; the table's rows are
+// data-dependent, so all of them, restricted to the box's rest part.
+namespace {
+
+void gather_forward(const Graph& g, const Node& node, int input, const Box& dirty, Region& out) {
+  if (dirty.empty()) return;
+  const int idx_rank = input_node(g, node, 1).rank();
+  Box b = Box::full(node.shape);
+  if (input == 0) {
+    for (int d = 1; d < dirty.rank(); ++d) b[idx_rank + d - 1] = dirty[d];
+  } else {
+    for (int d = 0; d < idx_rank; ++d) b[d] = dirty[d];
+  }
+  out.add(b);
+}
+
+void gather_needed(const Graph& g, const Node& node, const Box& out, std::span<Box> inputs) {
+  const Node& table = input_node(g, node, 0);
+  const int idx_rank = input_node(g, node, 1).rank();
+  if (out.empty()) {
+    inputs[0] = Box::of_rank(table.rank());
+    inputs[1] = Box::of_rank(idx_rank);
+    return;
+  }
+  Box t = Box::full(table.shape);
+  for (int d = 1; d < table.rank(); ++d) t[d] = out[idx_rank + d - 1];
+  inputs[0] = t;
+  inputs[1] = leading_box(out, 0, idx_rank);
+}
+
+}  // namespace
+
+const OpDef kGatherDef{
+    .name = "gather",
+    .min_inputs = 2,
+    .max_inputs = 2,
+    .infer =
+        [](const Graph& g, Node& node) {
+          if (!node.attrs.ints.empty() || !node.attrs.floats.empty()) fail("gather", "takes no attributes");
+          const Node& table = input_node(g, node, 0);
+          const Node& ids = input_node(g, node, 1);
+          if (table.rank() < 1) fail("gather", "table must have rank >= 1");
+          if (!is_integer(ids.dtype))
+            fail("gather", absl::StrCat("ids must be i32 or i64, got ", dtype_name(ids.dtype)));
+          Shape shape = ids.shape;
+          shape.insert(shape.end(), table.shape.begin() + 1, table.shape.end());
+          node.shape = std::move(shape);
+          node.dtype = table.dtype;
+        },
+    .forward = gather_forward,
+    .needed = gather_needed,
+};
+
+Tensor gather(Tensor table, Tensor ids) {
+  check_tensor("gather", table);
+  Tensor in[] = {table, ids};
+  return table.graph->add_node(OpKind::Gather, in, {});
+}
+
+// ---- triangle(x): ints = [upper (0/1), k] ------------------------------------------------------
+// On the last two dims (row, col), upper keeps col - row >= k (triu), lower keeps col - row <= k
+// (tril); every other element becomes zero. Elementwise in shape, so identity rules.
+const OpDef kTriangleDef{
+    .name = "triangle",
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .infer =
+        [](const Graph& g, Node& node) {
+          if (node.attrs.ints.size() != 2 || (node.attrs.ints[0] != 0 && node.attrs.ints[0] != 1))
+            fail("triangle", "expects ints [upper (0/1), k]");
+          const Node& x = input_node(g, node, 0);
+          if (x.rank() < 2) fail("triangle", absl::StrCat("input needs rank >= 2, got ", shape_string(x.shape)));
+          node.shape = x.shape;
+          node.dtype = x.dtype;
+        },
+    .forward = identity_forward,
+    .needed = identity_needed,
+};
+
+Tensor triu(Tensor x, int64_t k) {
+  check_tensor("triangle", x);
+  Tensor in[] = {x};
+  return x.graph->add_node(OpKind::Triangle, in, Attrs{.ints = {1, k}});
+}
+
+Tensor tril(Tensor x, int64_t k) {
+  check_tensor("triangle", x);
+  Tensor in[] = {x};
+  return x.graph->add_node(OpKind::Triangle, in, Attrs{.ints = {0, k}});
+}
+
+// ---- arange: no inputs; ints = [n, dtype], floats = [start, step] ------------------------------
+// Output [n]; element i is start + i * step computed in double, stored in dtype (integer dtypes
+// truncate). Any dtype but bool. No inputs, so the rules are never called.
+const OpDef kArangeDef{
+    .name = "arange",
+    .min_inputs = 0,
+    .max_inputs = 0,
+    .infer =
+        [](const Graph&, Node& node) {
+          const Attrs& a = node.attrs;
+          if (a.ints.size() != 2 || a.floats.size() != 2) fail("arange", "expects ints [n, dtype], floats [start, step]");
+          if (a.ints[0] < 0) fail("arange", absl::StrCat("length must be >= 0, got ", a.ints[0]));
+          if (a.ints[1] < 0 || a.ints[1] >= static_cast<int64_t>(DType::Bool))
+            fail("arange", "dtype must be a float or integer type");
+          node.shape = Shape{a.ints[0]};
+          node.dtype = static_cast<DType>(a.ints[1]);
+        },
+    .forward = no_forward,
+    .needed = no_needed,
+};
+
+Tensor arange(Graph& g, int64_t n, double start, double step, DType dtype) {
+  return g.add_node(OpKind::Arange, {}, Attrs{.ints = {n, static_cast<int64_t>(dtype)}, .floats = {start, step}});
+}
+
+// ---- rand: no inputs; ints = [RandDist, seed (uint64 bits), dtype, shape...] ------------------
+// Counter-based: the value of flat (row-major) element i depends only on (seed, i), so any box
+// computes the same values. Uniform in [0, 1) or standard normal; float dtypes only. No inputs,
+// so the rules are never called.
+const OpDef kRandDef{
+    .name = "rand",
+    .min_inputs = 0,
+    .max_inputs = 0,
+    .infer =
+        [](const Graph&, Node& node) {
+          const Attrs& a = node.attrs;
+          if (a.ints.size() < 3 || !a.floats.empty()) fail("rand", "expects ints [dist, seed, dtype, shape...]");
+          if (a.ints[0] < 0 || a.ints[0] > static_cast<int64_t>(RandDist::Normal)) fail("rand", "unknown distribution");
+          if (a.ints[2] < 0 || a.ints[2] > static_cast<int64_t>(DType::Bool)) fail("rand", "unknown dtype");
+          const auto dtype = static_cast<DType>(a.ints[2]);
+          if (!is_float(dtype)) fail("rand", absl::StrCat("dtype must be a float type, got ", dtype_name(dtype)));
+          if (a.ints.size() - 3 > static_cast<size_t>(kMaxRank))
+            fail("rand", absl::StrCat("rank ", a.ints.size() - 3, " exceeds ", kMaxRank));
+          node.shape = Shape(a.ints.begin() + 3, a.ints.end());
+          node.dtype = dtype;
+        },
+    .forward = no_forward,
+    .needed = no_needed,
+};
+
+static Tensor rand_node(Graph& g, RandDist dist, const Shape& shape, uint64_t seed, DType dtype) {
+  Attrs attrs{.ints = {static_cast<int64_t>(dist), static_cast<int64_t>(seed), static_cast<int64_t>(dtype)}};
+  attrs.ints.insert(attrs.ints.end(), shape.begin(), shape.end());
+  return g.add_node(OpKind::Rand, {}, std::move(attrs));
+}
+
+Tensor rand(Graph& g, const Shape& shape, uint64_t seed, DType dtype) {
+  return rand_node(g, RandDist::Uniform, shape, seed, dtype);
+}
+
+Tensor randn(Graph& g, const Shape& shape, uint64_t seed, DType dtype) {
+  return rand_node(g, RandDist::Normal, shape, seed, dtype);
+}
 
 }  // namespace tessera

@@ -1,10 +1,224 @@
-// PLACEHOLDER: to be replaced by the real definitions.
+// Normalisations with their own exact rules: rms_norm, layer_norm (over the last axis) and
+// group_norm (over groups of channels and all spatial positions).
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
 #include "engine/op_def.h"
+#include "engine/ops.h"
 
 namespace tessera {
 
-const OpDef kRmsNormDef{.name = "rmsnorm", .min_inputs = 0, .max_inputs = 8, .infer = [](const Graph&, Node&) { fail("rmsnorm", "not implemented"); }};
-const OpDef kLayerNormDef{.name = "layernorm", .min_inputs = 0, .max_inputs = 8, .infer = [](const Graph&, Node&) { fail("layernorm", "not implemented"); }};
-const OpDef kGroupNormDef{.name = "groupnorm", .min_inputs = 0, .max_inputs = 8, .infer = [](const Graph&, Node&) { fail("groupnorm", "not implemented"); }};
+namespace {
+
+void check_eps(std::string_view op, const Node& node) {
+  if (node.attrs.floats.size() != 1) fail(op, "expects one float attribute: eps");
+  const double eps = node.attrs.floats[0];
+  if (!(eps >= 0) || std::isinf(eps)) fail(op, absl::StrCat("eps must be finite and >= 0, got ", eps));
+}
+
+// Checks an affine parameter (weight or bias) against the normalised tensor: shape [size] and
+// the same dtype.
+void check_param(std::string_view op, std::string_view what, const Node& param, const Node& x,
+                 int64_t size) {
+  if (param.shape != Shape{size})
+    fail(op, absl::StrCat(what, " shape ", shape_string(param.shape), " must be [", size, "]"));
+  if (param.dtype != x.dtype)
+    fail(op, absl::StrCat(what, " dtype ", dtype_name(param.dtype), " differs from input dtype ",
+                          dtype_name(x.dtype)));
+}
+
+// Checks x of a norm over the last axis: float, rank >= 1.
+void check_row_input(std::string_view op, const Node& x) {
+  if (!is_float(x.dtype)) fail(op, absl::StrCat("requires a float input, got ", dtype_name(x.dtype)));
+  if (x.rank() < 1) fail(op, "requires rank >= 1");
+}
+
+// ---- row norms (rms_norm, layer_norm): input 0 is x, the others are per-column parameters --
+// forward: x dirt -> the whole rows; parameter dirt in cols [a, b) -> every row, cols [a, b)
+// (exact: the row statistics do not depend on the parameters).
+void row_norm_forward(const Graph&, const Node& node, int input, const Box& dirty, Region& out) {
+  if (dirty.empty()) return;
+  const int last = node.rank() - 1;
+  Box b = Box::full(node.shape);
+  if (input == 0) {
+    b = dirty;
+    b[last] = Interval(0, node.shape[last]);
+  } else {
+    b[last] = dirty[0];
+  }
+  out.add(b);
+}
+
+// needed: x -> the box's rows in full; parameters -> the box's cols.
+void row_norm_needed(const Graph&, const Node& node, const Box& out, std::span<Box> inputs) {
+  const int last = node.rank() - 1;
+  if (out.empty()) {
+    inputs[0] = Box::of_rank(node.rank());
+    for (size_t k = 1; k < inputs.size(); ++k) inputs[k] = Box::of_rank(1);
+    return;
+  }
+  inputs[0] = out;
+  inputs[0][last] = Interval(0, node.shape[last]);
+  for (size_t k = 1; k < inputs.size(); ++k) inputs[k] = Box{out[last]};
+}
+
+// The presence flags of an optional-parameter norm starting at ints[first]; checks that they
+// are 0/1 and agree with the number of inputs.
+void check_presence(std::string_view op, const Node& node, size_t first) {
+  const auto& ints = node.attrs.ints;
+  if (ints.size() != first + 2) fail(op, "expects presence flags for weight and bias");
+  for (size_t k = first; k < first + 2; ++k)
+    if (ints[k] != 0 && ints[k] != 1) fail(op, "presence flags must be 0 or 1");
+  if (static_cast<int64_t>(node.inputs.size()) != 1 + ints[first] + ints[first + 1])
+    fail(op, "presence flags disagree with the number of inputs");
+}
+
+// Inputs of a norm: x, then weight and bias when present.
+std::vector<Tensor> norm_inputs(std::string_view op, Tensor x, Tensor weight, Tensor bias) {
+  if (x.graph == nullptr) fail(op, "empty tensor");
+  std::vector<Tensor> in = {x};
+  if (weight.graph != nullptr) in.push_back(weight);
+  if (bias.graph != nullptr) in.push_back(bias);
+  return in;
+}
+
+}  // namespace
+
+// ---- rms_norm(x, weight?): floats = [eps] -------------------------------------------------
+// x * 1 / sqrt(mean(x^2 over the last axis) + eps) * weight; weight [D] optional (present when
+// there are two inputs), same float dtype as x.
+const OpDef kRmsNormDef{
+    .name = "rmsnorm",
+    .min_inputs = 1,
+    .max_inputs = 2,
+    .infer =
+        [](const Graph& g, Node& node) {
+          if (!node.attrs.ints.empty()) fail("rmsnorm", "takes no integer attributes");
+          check_eps("rmsnorm", node);
+          const Node& x = input_node(g, node, 0);
+          check_row_input("rmsnorm", x);
+          if (node.inputs.size() == 2)
+            check_param("rmsnorm", "weight", input_node(g, node, 1), x, x.shape.back());
+          node.shape = x.shape;
+          node.dtype = x.dtype;
+        },
+    .forward = row_norm_forward,
+    .needed = row_norm_needed,
+};
+
+Tensor rms_norm(Tensor x, Tensor weight, double eps) {
+  std::vector<Tensor> in = norm_inputs("rmsnorm", x, weight, Tensor{});
+  return x.graph->add_node(OpKind::RmsNorm, in, Attrs{.floats = {eps}});
+}
+
+// ---- layer_norm(x, weight?, bias?): ints = [has_weight, has_bias], floats = [eps] ----------
+// (x - mean) / sqrt(var + eps) * weight + bias over the last axis, biased variance (like
+// torch). weight and bias [D], same float dtype as x; inputs are x, then the present ones.
+const OpDef kLayerNormDef{
+    .name = "layernorm",
+    .min_inputs = 1,
+    .max_inputs = 3,
+    .infer =
+        [](const Graph& g, Node& node) {
+          check_presence("layernorm", node, 0);
+          check_eps("layernorm", node);
+          const Node& x = input_node(g, node, 0);
+          check_row_input("layernorm", x);
+          const int has_weight = static_cast<int>(node.attrs.ints[0]);
+          if (has_weight)
+            check_param("layernorm", "weight", input_node(g, node, 1), x, x.shape.back());
+          if (node.attrs.ints[1])
+            check_param("layernorm", "bias", input_node(g, node, 1 + has_weight), x, x.shape.back());
+          node.shape = x.shape;
+          node.dtype = x.dtype;
+        },
+    .forward = row_norm_forward,
+    .needed = row_norm_needed,
+};
+
+Tensor layer_norm(Tensor x, Tensor weight, Tensor bias, double eps) {
+  std::vector<Tensor> in = norm_inputs("layernorm", x, weight, bias);
+  Attrs attrs{.ints = {weight.graph != nullptr, bias.graph != nullptr}, .floats = {eps}};
+  return x.graph->add_node(OpKind::LayerNorm, in, std::move(attrs));
+}
+
+// ---- group_norm(x [N, C, ...spatial], weight?, bias?) --------------------------------------
+// ints = [groups, has_weight, has_bias], floats = [eps]. Statistics (mean, biased variance) per
+// (sample, group of C / groups channels) over the group's channels and all spatial positions;
+// weight and bias [C], same float dtype as x; inputs are x, then the present ones.
+// Rules: x dirt -> its samples, the whole groups its channels touch, all spatial positions;
+// parameter dirt in channels [a, b) -> every sample, channels [a, b), all spatial positions.
+// needed: x -> the box's samples, the whole groups of its channels, all spatial; parameters ->
+// the box's channels.
+namespace {
+
+// Channels [a, b) widened to the whole groups they touch (groups of `size` channels).
+Interval whole_groups(Interval channels, int64_t size) {
+  if (channels.empty() || size <= 0) return channels;
+  return Interval(channels.begin / size * size, ((channels.end - 1) / size + 1) * size);
+}
+
+int64_t group_size(const Node& node) { return node.shape[1] / node.attrs.ints[0]; }
+
+void group_norm_forward(const Graph&, const Node& node, int input, const Box& dirty, Region& out) {
+  if (dirty.empty()) return;
+  Box b = Box::full(node.shape);
+  if (input == 0) {
+    b[0] = dirty[0];
+    b[1] = whole_groups(dirty[1], group_size(node));
+  } else {
+    b[1] = dirty[0];
+  }
+  out.add(b);
+}
+
+void group_norm_needed(const Graph&, const Node& node, const Box& out, std::span<Box> inputs) {
+  if (out.empty()) {
+    inputs[0] = Box::of_rank(node.rank());
+    for (size_t k = 1; k < inputs.size(); ++k) inputs[k] = Box::of_rank(1);
+    return;
+  }
+  inputs[0] = Box::full(node.shape);
+  inputs[0][0] = out[0];
+  inputs[0][1] = whole_groups(out[1], group_size(node));
+  for (size_t k = 1; k < inputs.size(); ++k) inputs[k] = Box{out[1]};
+}
+
+}  // namespace
+
+const OpDef kGroupNormDef{
+    .name = "groupnorm",
+    .min_inputs = 1,
+    .max_inputs = 3,
+    .infer =
+        [](const Graph& g, Node& node) {
+          if (node.attrs.ints.empty()) fail("groupnorm", "expects the number of groups");
+          check_presence("groupnorm", node, 1);
+          check_eps("groupnorm", node);
+          const Node& x = input_node(g, node, 0);
+          if (!is_float(x.dtype))
+            fail("groupnorm", absl::StrCat("requires a float input, got ", dtype_name(x.dtype)));
+          if (x.rank() < 2) fail("groupnorm", "requires x of shape [N, C, ...spatial]");
+          const int64_t groups = node.attrs.ints[0];
+          const int64_t channels = x.shape[1];
+          if (groups < 1) fail("groupnorm", absl::StrCat("groups must be >= 1, got ", groups));
+          if (channels % groups != 0)
+            fail("groupnorm", absl::StrCat(groups, " groups do not divide ", channels, " channels"));
+          const int has_weight = static_cast<int>(node.attrs.ints[1]);
+          if (has_weight) check_param("groupnorm", "weight", input_node(g, node, 1), x, channels);
+          if (node.attrs.ints[2])
+            check_param("groupnorm", "bias", input_node(g, node, 1 + has_weight), x, channels);
+          node.shape = x.shape;
+          node.dtype = x.dtype;
+        },
+    .forward = group_norm_forward,
+    .needed = group_norm_needed,
+};
+
+Tensor group_norm(Tensor x, int64_t groups, Tensor weight, Tensor bias, double eps) {
+  std::vector<Tensor> in = norm_inputs("groupnorm", x, weight, bias);
+  Attrs attrs{.ints = {groups, weight.graph != nullptr, bias.graph != nullptr}, .floats = {eps}};
+  return x.graph->add_node(OpKind::GroupNorm, in, std::move(attrs));
+}
 
 }  // namespace tessera

@@ -1,0 +1,611 @@
+// Box and Region against a brute-force bitmap model, plus deterministic cases for coalescing,
+// splitting and the Box basics. Random cases use fixed seeds; a failure prints the seed and
+// the operands.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "regions/box.h"
+#include "regions/region.h"
+
+using namespace tessera;
+
+namespace {
+
+// The model: a dense bitmap over the universe [0, extent)^rank.
+struct Space {
+  int rank = 1;
+  int64_t extent = 7;
+
+  std::vector<int64_t> shape() const { return std::vector<int64_t>(static_cast<size_t>(rank), extent); }
+  size_t cells() const {
+    size_t n = 1;
+    for (int d = 0; d < rank; ++d) n *= static_cast<size_t>(extent);
+    return n;
+  }
+  size_t linear(const int64_t* index) const {
+    size_t l = 0;
+    for (int d = 0; d < rank; ++d) l = l * static_cast<size_t>(extent) + static_cast<size_t>(index[d]);
+    return l;
+  }
+};
+
+using Bits = std::vector<uint8_t>;
+
+// Calls fn(index) for every point of box clamped to the universe (nothing for an empty box).
+template <class Fn>
+void for_each_point(const Space& space, const Box& box, Fn&& fn) {
+  int64_t lo[kMaxRank], hi[kMaxRank], index[kMaxRank];
+  for (int d = 0; d < space.rank; ++d) {
+    lo[d] = std::max<int64_t>(box.begin(d), 0);
+    hi[d] = std::min<int64_t>(box.end(d), space.extent);
+    if (lo[d] >= hi[d]) return;
+    index[d] = lo[d];
+  }
+  while (true) {
+    fn(static_cast<const int64_t*>(index));
+    int d = space.rank - 1;
+    while (d >= 0 && ++index[d] == hi[d]) {
+      index[d] = lo[d];
+      --d;
+    }
+    if (d < 0) return;
+  }
+}
+
+Bits bits_of(const Space& space, const Box& box) {
+  Bits bits(space.cells(), 0);
+  for_each_point(space, box, [&](const int64_t* i) { bits[space.linear(i)] = 1; });
+  return bits;
+}
+
+// Bitmap of a region; *overlaps counts cells covered by more than one box.
+Bits bits_of(const Space& space, const Region& region, int64_t* overlaps = nullptr) {
+  Bits bits(space.cells(), 0);
+  int64_t twice = 0;
+  for (const Box& b : region.boxes())
+    for_each_point(space, b, [&](const int64_t* i) {
+      uint8_t& cell = bits[space.linear(i)];
+      twice += cell;
+      cell = 1;
+    });
+  if (overlaps != nullptr) *overlaps = twice;
+  return bits;
+}
+
+int64_t popcount(const Bits& a) { return std::count(a.begin(), a.end(), uint8_t{1}); }
+
+Bits bits_or(Bits a, const Bits& b) {
+  for (size_t i = 0; i < a.size(); ++i) a[i] |= b[i];
+  return a;
+}
+Bits bits_and(Bits a, const Bits& b) {
+  for (size_t i = 0; i < a.size(); ++i) a[i] &= b[i];
+  return a;
+}
+Bits bits_minus(Bits a, const Bits& b) {
+  for (size_t i = 0; i < a.size(); ++i) a[i] &= static_cast<uint8_t>(!b[i]);
+  return a;
+}
+bool bits_subset(const Bits& a, const Bits& b) { return popcount(bits_minus(a, b)) == 0; }
+bool bits_meet(const Bits& a, const Bits& b) { return popcount(bits_and(a, b)) != 0; }
+
+// The bounding box of a bitmap, or nullopt-like `false` when the bitmap is empty.
+bool bits_bounding_box(const Space& space, const Bits& bits, Box* out) {
+  Box full = Box::full(space.shape());
+  Box hull = Box::of_rank(space.rank);
+  bool any = false;
+  for_each_point(space, full, [&](const int64_t* i) {
+    if (!bits[space.linear(i)]) return;
+    for (int d = 0; d < space.rank; ++d) {
+      if (!any || i[d] < hull[d].begin) hull[d].begin = i[d];
+      if (!any || i[d] + 1 > hull[d].end) hull[d].end = i[d] + 1;
+    }
+    any = true;
+  });
+  *out = hull;
+  return any;
+}
+
+struct Rng {
+  std::mt19937_64 engine;
+  explicit Rng(uint64_t seed) : engine(seed) {}
+  int64_t uniform(int64_t lo, int64_t hi) {  // inclusive
+    return std::uniform_int_distribution<int64_t>(lo, hi)(engine);
+  }
+  bool chance(double p) { return std::uniform_real_distribution<double>(0, 1)(engine) < p; }
+};
+
+// A random box with corners in [0, extent]: sometimes empty (equal or inverted ends), sometimes
+// full in a dimension, sometimes a slab (full everywhere but one dimension) to provoke merges.
+Box random_box(Rng& rng, const Space& space) {
+  Box b = Box::of_rank(space.rank);
+  const int slab_dim = rng.chance(0.25) ? static_cast<int>(rng.uniform(0, space.rank - 1)) : -1;
+  for (int d = 0; d < space.rank; ++d) {
+    int64_t x = rng.uniform(0, space.extent), y = rng.uniform(0, space.extent);
+    const double roll = rng.uniform(0, 99) / 100.0;
+    if (slab_dim >= 0 && d != slab_dim) {
+      b[d] = Interval(0, space.extent);
+    } else if (roll < 0.06) {
+      b[d] = Interval(std::max(x, y), std::min(x, y));  // empty: inverted or equal ends
+    } else if (roll < 0.16) {
+      b[d] = Interval(0, space.extent);
+    } else {
+      b[d] = Interval(std::min(x, y), std::max(x, y));  // empty when x == y
+    }
+  }
+  return b;
+}
+
+Space random_space(Rng& rng) {
+  Space s;
+  s.rank = static_cast<int>(rng.uniform(1, 4));
+  s.extent = rng.uniform(1, 7);
+  return s;
+}
+
+// Asserts the canonical form: rank, every box non-empty and inside the universe, sorted
+// without repeats, pairwise disjoint, no two boxes that could be coalesced, volume = popcount
+// = bitmap of the model.
+void require_canonical(const Space& space, const Region& region, const Bits& model) {
+  INFO("region: ", region.to_string());
+  REQUIRE(region.rank() == space.rank);
+  const auto& boxes = region.boxes();
+  for (const Box& b : boxes) {
+    INFO("box: ", b.to_string());
+    REQUIRE(b.rank() == space.rank);
+    REQUIRE_FALSE(b.empty());
+    REQUIRE(b.inside(space.shape()));
+  }
+  for (size_t i = 0; i + 1 < boxes.size(); ++i) REQUIRE(boxes[i] < boxes[i + 1]);
+  for (size_t i = 0; i < boxes.size(); ++i)
+    for (size_t j = i + 1; j < boxes.size(); ++j) {
+      INFO("pair: ", boxes[i].to_string(), " ", boxes[j].to_string());
+      REQUIRE_FALSE(boxes[i].intersects(boxes[j]));
+      int differing = 0, touching = 0;
+      for (int d = 0; d < space.rank; ++d) {
+        if (boxes[i][d] == boxes[j][d]) continue;
+        ++differing;
+        touching += boxes[i].end(d) == boxes[j].begin(d) || boxes[j].end(d) == boxes[i].begin(d);
+      }
+      REQUIRE_FALSE((differing == 1 && touching == 1));  // should have been coalesced
+    }
+  int64_t overlaps = 0;
+  const Bits bits = bits_of(space, region, &overlaps);
+  REQUIRE(overlaps == 0);
+  REQUIRE(bits == model);
+  REQUIRE(region.volume() == popcount(model));
+  REQUIRE(region.empty() == (popcount(model) == 0));
+}
+
+// A random region built by a random sequence of add / remove of random boxes, checked against
+// the model after every step.
+Region random_region(Rng& rng, const Space& space, Bits* model) {
+  Region r = rng.chance(0.5) ? Region(space.rank) : Region(random_box(rng, space));
+  *model = bits_of(space, r.boxes().empty() ? Box::of_rank(space.rank) : r.boxes()[0]);
+  require_canonical(space, r, *model);
+  const int64_t ops = rng.uniform(0, 7);
+  for (int64_t k = 0; k < ops; ++k) {
+    const Box b = random_box(rng, space);
+    INFO("step ", k, ": ", r.to_string(), b.to_string());
+    if (rng.chance(0.7)) {
+      r.add(b);
+      *model = bits_or(*model, bits_of(space, b));
+    } else {
+      r.remove(b);
+      *model = bits_minus(*model, bits_of(space, b));
+    }
+    require_canonical(space, r, *model);
+  }
+  return r;
+}
+
+// The boxes of a region re-added in reverse order: the same set, built differently.
+Region rebuilt_reversed(const Region& region) {
+  Region r(region.rank());
+  for (auto it = region.boxes().rbegin(); it != region.boxes().rend(); ++it) r.add(*it);
+  return r;
+}
+
+constexpr int kRandomCases = 4000;
+
+}  // namespace
+
+TEST_CASE("regions: box operations match the bitmap model") {
+  for (int c = 0; c < kRandomCases; ++c) {
+    const uint64_t seed = 0xB0C5u + static_cast<uint64_t>(c);
+    CAPTURE(seed);
+    Rng rng(seed);
+    const Space space = random_space(rng);
+    const Box a = random_box(rng, space), b = random_box(rng, space);
+    INFO("a = ", a.to_string(), ", b = ", b.to_string(), ", extent ", space.extent);
+    const Bits bits_a = bits_of(space, a), bits_b = bits_of(space, b);
+
+    REQUIRE(a.rank() == space.rank);
+    REQUIRE(a.empty() == (popcount(bits_a) == 0));
+    REQUIRE(a.volume() == popcount(bits_a));
+    REQUIRE(a.inside(space.shape()) ==
+            std::all_of(&a[0], &a[0] + a.rank(), [&](const Interval& i) {
+              return i.begin >= 0 && i.end <= space.extent && i.begin <= i.end;
+            }));
+
+    const Box meet = a.intersect(b);
+    REQUIRE(meet.rank() == space.rank);
+    REQUIRE(bits_of(space, meet) == bits_and(bits_a, bits_b));
+    REQUIRE(meet.volume() == popcount(bits_and(bits_a, bits_b)));
+    REQUIRE(a.intersects(b) == bits_meet(bits_a, bits_b));
+    REQUIRE(b.intersects(a) == a.intersects(b));
+    REQUIRE(a.contains(b) == bits_subset(bits_b, bits_a));
+    REQUIRE(b.contains(a) == bits_subset(bits_a, bits_b));
+
+    const Box hull = a.hull(b);
+    if (b.empty()) {
+      REQUIRE(hull == a);
+    } else if (a.empty()) {
+      REQUIRE(hull == b);
+    } else {
+      Box expected;
+      REQUIRE(bits_bounding_box(space, bits_or(bits_a, bits_b), &expected));
+      REQUIRE(hull == expected);
+    }
+    REQUIRE(hull.contains(a));
+    REQUIRE(hull.contains(b));
+
+    // operator<: a strict weak order consistent with ==.
+    REQUIRE(int{a < b} + int{b < a} + int{a == b} == 1);
+    REQUIRE_FALSE(a < a);
+    REQUIRE(a == a);
+
+    // contains_point on every cell.
+    for_each_point(space, Box::full(space.shape()), [&](const int64_t* i) {
+      REQUIRE(a.contains_point(i) == (bits_a[space.linear(i)] == 1));
+    });
+
+    // subtract_box: at most 2 * rank disjoint non-empty pieces whose union is exactly a \ b.
+    Region::Boxes pieces;
+    subtract_box(a, b, pieces);
+    REQUIRE(static_cast<int>(pieces.size()) <= 2 * space.rank);
+    Bits covered(space.cells(), 0);
+    for (const Box& p : pieces) {
+      INFO("piece ", p.to_string());
+      REQUIRE_FALSE(p.empty());
+      REQUIRE(a.contains(p));
+      REQUIRE_FALSE(p.intersects(b));
+      for_each_point(space, p, [&](const int64_t* i) {
+        uint8_t& cell = covered[space.linear(i)];
+        REQUIRE(cell == 0);  // pieces are pairwise disjoint
+        cell = 1;
+      });
+    }
+    REQUIRE(covered == bits_minus(bits_a, bits_b));
+  }
+}
+
+TEST_CASE("regions: region operations match the bitmap model") {
+  int equal_pairs = 0, capped = 0, multi_box = 0;
+  for (int c = 0; c < kRandomCases; ++c) {
+    const uint64_t seed = 0x5E610Au + static_cast<uint64_t>(c);
+    CAPTURE(seed);
+    Rng rng(seed);
+    const Space space = random_space(rng);
+    Bits model_a, model_b;
+    const Region a = random_region(rng, space, &model_a);
+    const Region b = random_region(rng, space, &model_b);
+    const Box x = random_box(rng, space);
+    const Bits model_x = bits_of(space, x);
+    INFO("extent ", space.extent, "\n  a = ", a.to_string(), "\n  b = ", b.to_string(),
+         "\n  x = ", x.to_string());
+    multi_box += a.boxes().size() > 1;
+
+    // Queries.
+    Box expected_bbox;
+    if (bits_bounding_box(space, model_a, &expected_bbox)) {
+      REQUIRE(a.bounding_box() == expected_bbox);
+    } else {
+      REQUIRE(a.bounding_box().rank() == space.rank);
+      REQUIRE(a.bounding_box().empty());
+    }
+    REQUIRE(a.contains(x) == bits_subset(model_x, model_a));
+    REQUIRE(a.contains(b) == bits_subset(model_b, model_a));
+    REQUIRE(a.contains(a));
+    REQUIRE(a.intersects(x) == bits_meet(model_a, model_x));
+
+    // Union.
+    require_canonical(space, a.unite(b), bits_or(model_a, model_b));
+    require_canonical(space, a.unite(x), bits_or(model_a, model_x));
+    {
+      Region r = a;
+      r.add(b);
+      require_canonical(space, r, bits_or(model_a, model_b));
+      r.add(b);  // idempotent
+      require_canonical(space, r, bits_or(model_a, model_b));
+    }
+
+    // Intersection.
+    require_canonical(space, a.intersect(b), bits_and(model_a, model_b));
+    require_canonical(space, a.intersect(x), bits_and(model_a, model_x));
+
+    // Difference.
+    require_canonical(space, a.subtract(b), bits_minus(model_a, model_b));
+    require_canonical(space, a.subtract(x), bits_minus(model_a, model_x));
+    {
+      Region r = a;
+      r.remove(b);
+      require_canonical(space, r, bits_minus(model_a, model_b));
+      r.remove(x);
+      require_canonical(space, r, bits_minus(bits_minus(model_a, model_b), model_x));
+    }
+
+    // Equality: same element set, however built.
+    const bool same = model_a == model_b;
+    equal_pairs += same;
+    REQUIRE((a == b) == same);
+    REQUIRE((b == a) == same);
+    REQUIRE(a == rebuilt_reversed(a));
+    REQUIRE(a == a.unite(b).subtract(b.subtract(a)));
+    REQUIRE(a.unite(b) == b.unite(a));
+    REQUIRE(a.intersect(b) == b.intersect(a));
+    REQUIRE((a.unite(x) == a) == bits_subset(model_x, model_a));
+    REQUIRE(a.subtract(b).unite(a.intersect(b)) == a);
+
+    // cap: unchanged up to max_boxes boxes, otherwise exactly the bounding box.
+    const int max_boxes = static_cast<int>(rng.uniform(0, 4));
+    Region r = a;
+    r.cap(max_boxes);
+    if (static_cast<int>(a.boxes().size()) <= max_boxes) {
+      REQUIRE(r.boxes() == a.boxes());
+    } else {
+      ++capped;
+      REQUIRE(r.boxes().size() == 1);
+      REQUIRE(r.boxes()[0] == a.bounding_box());
+      REQUIRE(r.contains(a));
+    }
+  }
+  // The generator must actually exercise the interesting branches.
+  CHECK(equal_pairs > 20);
+  CHECK(capped > 100);
+  CHECK(multi_box > 1000);
+}
+
+TEST_CASE("regions: appending rows coalesces into one box") {
+  // Along the first dimension, incrementally and from scratch for each t.
+  Region grown(Box{{0, 1}, {0, 16}});
+  for (int64_t t = 1; t <= 100; ++t) {
+    CAPTURE(t);
+    Region r(Box{{0, t}, {0, 16}});
+    r.add(Box{{t, t + 1}, {0, 16}});
+    REQUIRE(r.boxes().size() == 1);
+    CHECK(r.boxes()[0] == Box{{0, t + 1}, {0, 16}});
+
+    grown.add(Box{{t, t + 1}, {0, 16}});
+    REQUIRE(grown.boxes().size() == 1);
+    CHECK(grown.boxes()[0] == Box{{0, t + 1}, {0, 16}});
+  }
+  // Along a middle dimension ([batch, seq, hidden]), and prepending.
+  Region seq(Box{{0, 2}, {0, 1}, {0, 8}});
+  for (int64_t t = 1; t <= 100; ++t) seq.add(Box{{0, 2}, {t, t + 1}, {0, 8}});
+  REQUIRE(seq.boxes().size() == 1);
+  CHECK(seq.boxes()[0] == Box{{0, 2}, {0, 101}, {0, 8}});
+  Region back(Box{{99, 100}, {0, 4}});
+  for (int64_t t = 98; t >= 0; --t) back.add(Box{{t, t + 1}, {0, 4}});
+  REQUIRE(back.boxes().size() == 1);
+  CHECK(back.boxes()[0] == Box{{0, 100}, {0, 4}});
+  // Rows that overlap what is already there.
+  Region overlap(Box{{0, 5}, {0, 4}});
+  overlap.add(Box{{3, 9}, {0, 4}});
+  REQUIRE(overlap.boxes().size() == 1);
+  CHECK(overlap.boxes()[0] == Box{{0, 9}, {0, 4}});
+}
+
+TEST_CASE("regions: appending 10000 rows stays one box") {
+  Region r(2);
+  for (int64_t t = 0; t < 10000; ++t) {
+    r.add(Box{{t, t + 1}, {0, 64}});
+    REQUIRE(r.boxes().size() == 1);
+  }
+  CHECK(r.boxes()[0] == Box{{0, 10000}, {0, 64}});
+  CHECK(r.volume() == 10000 * 64);
+  // Writing rows into a fully valid region never fragments it.
+  for (int64_t t = 0; t < 10000; t += 7) r.add(Box{{t, t + 1}, {0, 64}});
+  CHECK(r.boxes().size() == 1);
+}
+
+TEST_CASE("regions: adding the same box twice is idempotent") {
+  const Box box{{1, 4}, {2, 6}, {0, 3}};
+  Region r(box);
+  const Region::Boxes before = r.boxes();
+  r.add(box);
+  CHECK(r.boxes() == before);
+  r.add(Box{{2, 3}, {3, 5}, {1, 2}});  // already covered
+  CHECK(r.boxes() == before);
+  Region two(Box{{0, 2}, {0, 2}});
+  two.add(Box{{5, 7}, {5, 7}});
+  const Region::Boxes two_before = two.boxes();
+  two.add(Box{{5, 7}, {5, 7}});
+  two.add(Box{{0, 2}, {0, 2}});
+  CHECK(two.boxes() == two_before);
+  CHECK(two.boxes().size() == 2);
+}
+
+TEST_CASE("regions: removing a middle row splits into two boxes") {
+  Region r(Box{{0, 10}, {0, 4}});
+  r.remove(Box{{4, 5}, {0, 4}});
+  REQUIRE(r.boxes().size() == 2);
+  CHECK(r.boxes()[0] == Box{{0, 4}, {0, 4}});
+  CHECK(r.boxes()[1] == Box{{5, 10}, {0, 4}});
+  CHECK(r.volume() == 36);
+  CHECK(r.to_string() == "{[0:4, 0:4] [5:10, 0:4]}");
+  // Putting the row back coalesces again.
+  r.add(Box{{4, 5}, {0, 4}});
+  REQUIRE(r.boxes().size() == 1);
+  CHECK(r.boxes()[0] == Box{{0, 10}, {0, 4}});
+  // Removing everything leaves an empty region of the same rank.
+  r.remove(Box{{0, 10}, {0, 4}});
+  CHECK(r.empty());
+  CHECK(r.rank() == 2);
+  CHECK(r.volume() == 0);
+  CHECK(r.bounding_box().empty());
+  CHECK(r.bounding_box().rank() == 2);
+}
+
+TEST_CASE("regions: adding a covering box collapses fragments") {
+  // A pinwheel: four rectangles around a centre cell tile [0,3)x[0,3), yet no two merge.
+  Region r(2);
+  r.add(Box{{0, 1}, {0, 2}});
+  r.add(Box{{0, 2}, {2, 3}});
+  r.add(Box{{2, 3}, {1, 3}});
+  r.add(Box{{1, 3}, {0, 1}});
+  r.add(Box{{1, 2}, {1, 2}});
+  CHECK(r.boxes().size() == 5);
+  CHECK(r.volume() == 9);
+  CHECK(r == Region(Box{{0, 3}, {0, 3}}));
+  r.add(Box{{0, 3}, {0, 3}});
+  REQUIRE(r.boxes().size() == 1);
+  CHECK(r.boxes()[0] == Box{{0, 3}, {0, 3}});
+  // Many dirty cells, then the whole tensor becomes valid: one box.
+  Region cells(2);
+  for (int64_t i = 0; i < 8; ++i) cells.add(Box{{i, i + 1}, {(i * 3) % 8, (i * 3) % 8 + 1}});
+  CHECK(cells.boxes().size() == 8);
+  cells.add(Box{{0, 8}, {0, 8}});
+  REQUIRE(cells.boxes().size() == 1);
+  CHECK(cells.boxes()[0] == Box{{0, 8}, {0, 8}});
+}
+
+TEST_CASE("regions: adding or removing a region to itself") {
+  // More than 4 boxes, so the storage is on the heap.
+  Region r(2);
+  for (int64_t i = 0; i < 6; ++i) r.add(Box{{2 * i, 2 * i + 1}, {0, i + 1}});
+  REQUIRE(r.boxes().size() == 6);
+  const Region copy = r;
+  r.add(r);
+  CHECK(r == copy);
+  CHECK(r.boxes() == copy.boxes());
+  r.remove(r);
+  CHECK(r.empty());
+  CHECK(r.rank() == 2);
+  Region small(Box{{0, 2}, {0, 2}});
+  small.remove(small);
+  CHECK(small.empty());
+}
+
+TEST_CASE("regions: box basics") {
+  const Box scalar{};
+  CHECK(scalar.rank() == 0);
+  CHECK_FALSE(scalar.empty());
+  CHECK(scalar.volume() == 1);
+  CHECK(scalar.to_string() == "[]");
+  CHECK(scalar.contains(scalar));
+  CHECK(scalar.intersects(scalar));
+  CHECK(scalar.inside(std::vector<int64_t>{}));
+
+  const Box one{{0, 7}};
+  CHECK(one.rank() == 1);
+  CHECK(one.extent(0) == 7);
+  CHECK(one.volume() == 7);
+  CHECK(one.to_string() == "[0:7]");
+
+  const Box two{{6, 7}, {0, 32}};
+  CHECK(two.rank() == 2);
+  CHECK(two.begin(0) == 6);
+  CHECK(two.end(0) == 7);
+  CHECK(two.extent(1) == 32);
+  CHECK(two.volume() == 32);
+  CHECK(two.to_string() == "[6:7, 0:32]");
+
+  CHECK(Interval(5, 3).empty());
+  CHECK(Interval(5, 3).size() == 0);
+  CHECK(Interval(3, 3).empty());
+  CHECK(Box{{5, 3}, {0, 4}}.empty());
+  CHECK(Box{{5, 3}, {0, 4}}.volume() == 0);
+  CHECK(Box::of_rank(3).rank() == 3);
+  CHECK(Box::of_rank(3).empty());
+  CHECK(Box::of_rank(3).volume() == 0);
+
+  const std::vector<int64_t> shape{8, 32};
+  CHECK(Box::full(shape) == Box{{0, 8}, {0, 32}});
+  CHECK(two.inside(shape));
+  CHECK(Box{{0, 8}, {0, 32}}.inside(shape));
+  CHECK_FALSE(Box{{0, 9}, {0, 32}}.inside(shape));
+  CHECK_FALSE(Box{{-1, 2}, {0, 32}}.inside(shape));
+  CHECK_FALSE(one.inside(shape));  // wrong rank
+
+  const Box a{{0, 4}, {2, 6}}, b{{2, 8}, {0, 3}};
+  CHECK(a.intersect(b) == Box{{2, 4}, {2, 3}});
+  CHECK(a.intersects(b));
+  CHECK(a.hull(b) == Box{{0, 8}, {0, 6}});
+  CHECK_FALSE(a.contains(b));
+  CHECK(a.hull(b).contains(a));
+  CHECK(a.contains(Box{{1, 3}, {2, 6}}));
+  CHECK(a.contains(Box{{9, 9}, {0, 1}}));  // empty boxes are contained everywhere
+  CHECK_FALSE(Box{{9, 9}, {0, 1}}.contains(a));
+  CHECK_FALSE(a.intersects(Box{{4, 6}, {0, 9}}));  // touching is not intersecting
+  CHECK(a.intersect(Box{{4, 6}, {0, 9}}).empty());
+  CHECK(a.hull(Box{{9, 9}, {0, 1}}) == a);  // the empty side is ignored
+  CHECK(Box{{9, 9}, {0, 1}}.hull(a) == a);
+}
+
+TEST_CASE("regions: region basics") {
+  const Region scalar(Box{});
+  CHECK(scalar.rank() == 0);
+  CHECK(scalar.volume() == 1);
+  CHECK(scalar.boxes().size() == 1);
+  CHECK(scalar.subtract(Box{}).empty());
+  CHECK(scalar.unite(Box{}).boxes().size() == 1);
+
+  const Region empty_box(Box{{3, 3}, {0, 4}});
+  CHECK(empty_box.empty());
+  CHECK(empty_box.rank() == 2);
+  CHECK(Region(2) == empty_box);
+  CHECK(Region::full(std::vector<int64_t>{4, 5}) == Region(Box{{0, 4}, {0, 5}}));
+  CHECK(Region::full(std::vector<int64_t>{4, 5}).volume() == 20);
+
+  // A default region takes the rank of the first box added to it.
+  Region r;
+  r.add(Box{{0, 2}, {0, 3}, {1, 2}});
+  CHECK(r.rank() == 3);
+  CHECK(r.volume() == 6);
+
+  CHECK(Region(2).to_string() == "{}");
+  CHECK(Region(Box{{0, 2}, {1, 3}}).to_string() == "{[0:2, 1:3]}");
+  CHECK(Region(2).contains(Box{{1, 1}, {0, 4}}));
+  CHECK_FALSE(Region(2).contains(Box{{0, 1}, {0, 4}}));
+  CHECK(Region(Box{{0, 2}, {0, 2}}).contains(Region(2)));
+  CHECK_FALSE(Region(2).intersects(Box{{0, 1}, {0, 4}}));
+}
+
+TEST_CASE("regions: subtract_box pieces are disjoint and exact") {
+  Region::Boxes pieces;
+  subtract_box(Box{{0, 10}, {0, 10}}, Box{{3, 5}, {4, 8}}, pieces);
+  CHECK(pieces.size() == 4);  // a hole in the middle: one slab per side
+  int64_t volume = 0;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    volume += pieces[i].volume();
+    CHECK_FALSE(pieces[i].intersects(Box{{3, 5}, {4, 8}}));
+    for (size_t j = i + 1; j < pieces.size(); ++j) CHECK_FALSE(pieces[i].intersects(pieces[j]));
+  }
+  CHECK(volume == 100 - 8);
+
+  pieces.clear();
+  subtract_box(Box{{0, 4}}, Box{{6, 9}}, pieces);  // disjoint: a itself
+  REQUIRE(pieces.size() == 1);
+  CHECK(pieces[0] == Box{{0, 4}});
+
+  pieces.clear();
+  subtract_box(Box{{2, 4}, {2, 4}}, Box{{0, 9}, {0, 9}}, pieces);  // covered: nothing
+  CHECK(pieces.empty());
+
+  pieces.clear();
+  subtract_box(Box{{4, 2}}, Box{{0, 1}}, pieces);  // empty a: nothing
+  CHECK(pieces.empty());
+
+  pieces.push_back(Box{{7, 8}});  // appends, never clears
+  subtract_box(Box{{0, 4}}, Box{{1, 2}}, pieces);
+  REQUIRE(pieces.size() == 3);
+  CHECK(pieces[0] == Box{{7, 8}});
+  CHECK(pieces[1] == Box{{0, 1}});
+  CHECK(pieces[2] == Box{{2, 4}});
+}

@@ -1,0 +1,122 @@
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <random>
+
+#include "engine/ops.h"
+#include "engine/session.h"
+
+using namespace tessera;
+
+namespace {
+
+std::vector<float> iota_values(int64_t n, float start) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = start + static_cast<float>(i);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("session: partial write recomputes only the dirty box on read") {
+  Graph g;
+  Tensor a = g.input("a", {4, 3}, DType::F32);
+  Tensor b = g.input("b", {4, 3}, DType::F32);
+  Tensor c = exp(a * b) + a;
+  g.output("c", c);
+  GraphSession s(g);
+  s.write("a", Box{{0, 4}, {0, 3}}, iota_values(12, 0.f));
+  s.write("b", Box{{0, 4}, {0, 3}}, std::vector<float>(12, 0.5f));
+  std::vector<float> full = s.read<float>("c", Box{{0, 4}, {0, 3}});
+  CHECK(s.stats().elements_computed == 3 * 12);
+  CHECK(full[5] == doctest::Approx(std::exp(2.5f) + 5.f));
+
+  // Nothing changed: a read costs nothing.
+  s.read<float>("c", Box{{0, 4}, {0, 3}});
+  CHECK(s.stats().elements_computed == 0);
+
+  // One row dirty: one row of each of the three nodes.
+  s.write("a", Box{{2, 3}, {0, 3}}, std::vector<float>{1.f, 1.f, 1.f});
+  std::vector<float> again = s.read<float>("c", Box{{0, 4}, {0, 3}});
+  CHECK(s.stats().elements_computed == 3 * 3);
+  CHECK(again[6] == doctest::Approx(std::exp(0.5f) + 1.f));
+  CHECK(s.valid_region(c.id) == Region(Box{{0, 4}, {0, 3}}));
+
+  // Reading a sub-box computes only that sub-box.
+  s.write("b", Box{{0, 4}, {0, 3}}, std::vector<float>(12, 2.f));
+  s.read<float>("c", Box{{1, 2}, {1, 2}});
+  CHECK(s.stats().elements_computed == 3);
+}
+
+TEST_CASE("session: values not kept under a zero budget are recomputed, results unchanged") {
+  Graph g;
+  Tensor a = g.input("a", {8}, DType::F32);
+  Tensor c = sqrt(abs(a) + a);
+  g.output("c", c);
+  SessionOptions options;
+  options.cache_budget_bytes = 0;
+  GraphSession s(g, options);
+  GraphSession keep(g);
+  s.write("a", Box{{0, 8}}, iota_values(8, -3.f));
+  keep.write("a", Box{{0, 8}}, iota_values(8, -3.f));
+  std::vector<float> x = s.read<float>("c", Box{{0, 8}});
+  CHECK(s.kept_bytes() == 0);
+  CHECK(s.valid_region(c.id).empty());
+  std::vector<float> y = s.read<float>("c", Box{{0, 8}});
+  CHECK(s.stats().elements_computed == 3 * 8);  // recomputed
+  std::vector<float> z = keep.read<float>("c", Box{{0, 8}});
+  CHECK(std::memcmp(x.data(), z.data(), 32) == 0);
+  CHECK(std::memcmp(y.data(), z.data(), 32) == 0);
+}
+
+TEST_CASE("session: a budget keeps the nodes that fit") {
+  Graph g;
+  Tensor a = g.input("a", {16}, DType::F32);
+  Tensor b = exp(a);
+  Tensor c = b + b;
+  g.output("c", c);
+  SessionOptions options;
+  options.cache_budget_bytes = 64;  // one of the two 64-byte nodes
+  GraphSession s(g, options);
+  s.write("a", Box{{0, 16}}, iota_values(16, 0.f));
+  s.read<float>("c", Box{{0, 16}});
+  CHECK(s.kept_bytes() <= 64);
+  CHECK(s.is_kept(b.id) != s.is_kept(c.id));
+}
+
+TEST_CASE("session: bad input raises Error and leaves the session usable") {
+  Graph g;
+  Tensor a = g.input("a", {4, 3}, DType::F32);
+  Tensor ids = g.input("n", {2}, DType::I32);
+  g.output("c", neg(a));
+  g.output("ids", abs(ids));
+  GraphSession s(g);
+  std::vector<float> row(3, 1.f);
+  CHECK_THROWS_WITH_AS(s.write("nope", Box{{0, 1}, {0, 3}}, row), doctest::Contains("unknown input 'nope'"), Error);
+  CHECK_THROWS_WITH_AS(s.write("a", Box{{3, 5}, {0, 3}}, row), doctest::Contains("out of range"), Error);
+  CHECK_THROWS_WITH_AS(s.write("a", Box{{0, 1}}, row), doctest::Contains("out of range"), Error);
+  CHECK_THROWS_WITH_AS(s.write("a", Box{{0, 2}, {0, 3}}, row), doctest::Contains("bytes"), Error);
+  CHECK_THROWS_WITH_AS(s.write("a", Box{{0, 1}, {0, 3}}, std::vector<int32_t>{1, 2, 3}), doctest::Contains("is f32"),
+                       Error);
+  CHECK_THROWS_WITH_AS(s.read<float>("missing", Box{{0, 1}, {0, 3}}), doctest::Contains("unknown output"), Error);
+  CHECK_THROWS_WITH_AS(s.read<float>("c", Box{{0, 1}, {0, 4}}), doctest::Contains("out of range"), Error);
+  CHECK_THROWS_WITH_AS(s.read<int32_t>("c", Box{{0, 1}, {0, 3}}), doctest::Contains("buffer is i32"), Error);
+  std::vector<std::byte> small(4);
+  CHECK_THROWS_WITH_AS(s.read("c", Box{{0, 1}, {0, 3}}, small), doctest::Contains("bytes"), Error);
+  // Still usable.
+  s.write("a", Box{{1, 2}, {0, 3}}, row);
+  std::vector<float> out = s.read<float>("c", Box{{0, 2}, {0, 3}});
+  CHECK(out[3] == -1.f);
+  CHECK(out[0] == 0.f);
+}
+
+TEST_CASE("session: rank-0 and empty boxes") {
+  Graph g;
+  Tensor a = g.input("a", {3}, DType::F32);
+  g.output("c", neg(a));
+  GraphSession s(g);
+  s.write("a", Box{{1, 1}}, std::vector<float>{});
+  std::vector<float> none = s.read<float>("c", Box{{2, 2}});
+  CHECK(none.empty());
+  CHECK(s.stats().elements_computed == 0);
+}
