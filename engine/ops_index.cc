@@ -55,7 +55,7 @@ void matmul_needed(const Graph& g, const Node& node, const Box& out, std::span<B
     }
     const int x_batch = x.rank() - 2;
     Box batch = broadcast_needed(leading_dims(x.shape, x_batch), leading_dims(node.shape, out_batch),
-                                 leading_box(out, out_batch - x_batch, x_batch));
+                                 leading_box(out, 0, out_batch));
     Box b = Box::full(x.shape);  // all K
     for (int d = 0; d < x_batch; ++d) b[d] = batch[d];
     if (i == 0) b[x_batch] = out[out_batch];                // rows of the box

@@ -13,7 +13,8 @@ namespace {
 void check_eps(std::string_view op, const Node& node) {
   if (node.attrs.floats.size() != 1) fail(op, "expects one float attribute: eps");
   const double eps = node.attrs.floats[0];
-  if (!(eps >= 0) || std::isinf(eps)) fail(op, absl::StrCat("eps must be finite and >= 0, got ", eps));
+  if (!(eps >= 0) || std::isinf(eps))
+    fail(op, absl::StrCat("eps must be finite and >= 0, got ", eps));
 }
 
 // Checks an affine parameter (weight or bias) against the normalised tensor: shape [size] and
@@ -21,15 +22,17 @@ void check_eps(std::string_view op, const Node& node) {
 void check_param(std::string_view op, std::string_view what, const Node& param, const Node& x,
                  int64_t size) {
   if (param.shape != Shape{size})
-    fail(op, absl::StrCat(what, " shape ", shape_string(param.shape), " must be [", size, "]"));
+    fail(op, absl::StrCat(std::string(what), " shape ", shape_string(param.shape), " must be [",
+                          size, "]"));
   if (param.dtype != x.dtype)
-    fail(op, absl::StrCat(what, " dtype ", dtype_name(param.dtype), " differs from input dtype ",
-                          dtype_name(x.dtype)));
+    fail(op, absl::StrCat(std::string(what), " dtype ", dtype_name(param.dtype),
+                          " differs from input dtype ", dtype_name(x.dtype)));
 }
 
 // Checks x of a norm over the last axis: float, rank >= 1.
 void check_row_input(std::string_view op, const Node& x) {
-  if (!is_float(x.dtype)) fail(op, absl::StrCat("requires a float input, got ", dtype_name(x.dtype)));
+  if (!is_float(x.dtype))
+    fail(op, absl::StrCat("requires a float input, got ", dtype_name(x.dtype)));
   if (x.rank() < 1) fail(op, "requires rank >= 1");
 }
 
@@ -128,7 +131,8 @@ const OpDef kLayerNormDef{
           if (has_weight)
             check_param("layernorm", "weight", input_node(g, node, 1), x, x.shape.back());
           if (node.attrs.ints[1])
-            check_param("layernorm", "bias", input_node(g, node, 1 + has_weight), x, x.shape.back());
+            check_param("layernorm", "bias", input_node(g, node, 1 + has_weight), x,
+                        x.shape.back());
           node.shape = x.shape;
           node.dtype = x.dtype;
         },
@@ -158,7 +162,9 @@ Interval whole_groups(Interval channels, int64_t size) {
   return Interval(channels.begin / size * size, ((channels.end - 1) / size + 1) * size);
 }
 
-int64_t group_size(const Node& node) { return node.shape[1] / node.attrs.ints[0]; }
+int64_t group_size(const Node& node) {
+  return node.shape[1] / node.attrs.ints[0];
+}
 
 void group_norm_forward(const Graph&, const Node& node, int input, const Box& dirty, Region& out) {
   if (dirty.empty()) return;
@@ -203,7 +209,8 @@ const OpDef kGroupNormDef{
           const int64_t channels = x.shape[1];
           if (groups < 1) fail("groupnorm", absl::StrCat("groups must be >= 1, got ", groups));
           if (channels % groups != 0)
-            fail("groupnorm", absl::StrCat(groups, " groups do not divide ", channels, " channels"));
+            fail("groupnorm",
+                 absl::StrCat(groups, " groups do not divide ", channels, " channels"));
           const int has_weight = static_cast<int>(node.attrs.ints[1]);
           if (has_weight) check_param("groupnorm", "weight", input_node(g, node, 1), x, channels);
           if (node.attrs.ints[2])

@@ -18,7 +18,8 @@ void check_tensor(std::string_view op, const Tensor& t) {
 // Checks that an attribute holds a normalised axis of a tensor of `rank`.
 int checked_axis(std::string_view op, int64_t axis, int rank) {
   if (axis < 0 || axis >= rank)
-    fail(op, absl::StrCat("axis ", axis, " out of range for rank ", rank, " (attrs hold normalised axes)"));
+    fail(op, absl::StrCat("axis ", axis, " out of range for rank ", rank,
+                          " (attrs hold normalised axes)"));
   return static_cast<int>(axis);
 }
 
@@ -60,8 +61,8 @@ void reduce_forward(const Graph& g, const Node& node, int, const Box& dirty, Reg
   Box b = Box::of_rank(node.rank());
   int od = 0;
   for (int d = 0; d < in_rank; ++d) {
-    if (!r.reduced[d]) b[od++] = dirty[d];
-    else if (r.keepdims) b[od++] = Interval(0, 1);
+    if (r.reduced[d] && !r.keepdims) continue;
+    b[od++] = r.reduced[d] ? Interval(0, 1) : dirty[d];
   }
   out.add(b);
 }
@@ -76,8 +77,8 @@ void reduce_needed(const Graph& g, const Node& node, const Box& out, std::span<B
   Box b = Box::full(x.shape);
   int od = 0;
   for (int d = 0; d < x.rank(); ++d) {
-    if (!r.reduced[d]) b[d] = out[od++];
-    else if (r.keepdims) ++od;
+    if (!r.reduced[d]) b[d] = out[od];
+    if (!r.reduced[d] || r.keepdims) ++od;
   }
   inputs[0] = b;
 }
@@ -246,11 +247,14 @@ const OpDef kSoftmaxDef{
 static Tensor softmax_node(Tensor x, int64_t axis, bool log) {
   check_tensor("softmax", x);
   Tensor in[] = {x};
-  return x.graph->add_node(
-      OpKind::Softmax, in,
-      Attrs{.ints = {normalize_axis("softmax", axis, x.rank()), log ? 1 : 0}});
+  return x.graph->add_node(OpKind::Softmax, in,
+                           Attrs{.ints = {normalize_axis("softmax", axis, x.rank()), log ? 1 : 0}});
 }
-Tensor softmax(Tensor x, int64_t axis) { return softmax_node(x, axis, false); }
-Tensor log_softmax(Tensor x, int64_t axis) { return softmax_node(x, axis, true); }
+Tensor softmax(Tensor x, int64_t axis) {
+  return softmax_node(x, axis, false);
+}
+Tensor log_softmax(Tensor x, int64_t axis) {
+  return softmax_node(x, axis, true);
+}
 
 }  // namespace tessera

@@ -71,9 +71,15 @@ bool Region::intersects(const Box& box) const {
   return false;
 }
 
-void Region::add(const Box& box) {
-  if (box.empty()) return;
+void Region::add(const Box& box_ref) {
+  if (box_ref.empty()) return;
+  const Box box = box_ref;  // box_ref may alias one of boxes_, which is edited below
   if (boxes_.empty()) rank_ = box.rank();
+  // Drop the boxes the new one covers, so that a covering write collapses fragments into one
+  // box (otherwise a fully covered box would leave the fragments untouched).
+  boxes_.erase(std::remove_if(boxes_.begin(), boxes_.end(),
+                              [&](const Box& b) { return box.contains(b); }),
+               boxes_.end());
   Boxes pieces{box};
   for (const Box& b : boxes_) {
     Boxes next;
@@ -94,10 +100,15 @@ void Region::remove(const Box& box) {
 }
 
 void Region::add(const Region& other) {
+  if (&other == this) return;  // a | a == a; iterating our own boxes while editing them is not safe
   for (const Box& b : other.boxes_) add(b);
 }
 
 void Region::remove(const Region& other) {
+  if (&other == this) {  // remove(Box) swaps boxes_, which would free the boxes being iterated
+    clear();
+    return;
+  }
   for (const Box& b : other.boxes_) remove(b);
 }
 

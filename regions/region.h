@@ -28,7 +28,8 @@ class Region {
   bool empty() const { return boxes_.empty(); }
   const Boxes& boxes() const { return boxes_; }
   int64_t volume() const;
-  Box bounding_box() const;  // empty region -> empty box of this rank
+  // Empty region -> empty box of this rank (rank 0 has no empty box: then the scalar box).
+  Box bounding_box() const;
 
   bool contains(const Box& box) const;
   bool contains(const Region& other) const;
@@ -41,10 +42,11 @@ class Region {
   Region subtract(const Region& other) const;
   Region subtract(const Box& box) const;
 
-  void add(const Box& box);       // in place union
-  void remove(const Box& box);    // in place difference
-  void add(const Region& other);
-  void remove(const Region& other);
+  // In place union; boxes covered by `box` are replaced by it. `box` may alias boxes().
+  void add(const Box& box);
+  void remove(const Box& box);  // in place difference; `box` may alias boxes()
+  void add(const Region& other);     // other may be *this
+  void remove(const Region& other);  // other may be *this (the region becomes empty)
   void clear() { boxes_.clear(); }
 
   // Replaces the region by its bounding box when it holds more than max_boxes boxes

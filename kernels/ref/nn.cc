@@ -1,12 +1,128 @@
-// PLACEHOLDER: to be replaced by the real reference kernels.
-#include "kernels/view.h"
+// Reference kernels: rope, conv2d, pool2d, upsample (nearest). Semantics and attribute encoding
+// are documented at the definition blocks in engine/ops_nn.cc. Every kernel reads only inside
+// the boxes its op's needed rule names (input views may hold just those boxes).
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "engine/ops.h"
+#include "kernels/ref/access.h"
 
 namespace tessera::ref {
 
-absl::Status rope(const KernelArgs&) { return absl::UnimplementedError("rope"); }
-absl::Status conv2d(const KernelArgs&) { return absl::UnimplementedError("conv2d"); }
-absl::Status pool2d(const KernelArgs&) { return absl::UnimplementedError("pool2d"); }
-absl::Status upsample(const KernelArgs&) { return absl::UnimplementedError("upsample"); }
-absl::Status attention(const KernelArgs&) { return absl::UnimplementedError("attention"); }
+absl::Status rope(const KernelArgs& args) {
+  const TensorView& x = args.inputs[0];
+  const TensorView& positions = args.inputs[1];
+  const int rank = args.node.rank();
+  const int64_t n_rot = args.node.attrs.ints[0];
+  const auto mode = static_cast<RopeMode>(args.node.attrs.ints[1]);
+  const double base = args.node.attrs.floats[0], freq_scale = args.node.attrs.floats[1];
+  const int64_t half = n_rot / 2;
+  int64_t partner[kMaxRank];
+  for_each_index(args.box, [&](const int64_t* i) {
+    const int64_t d = i[rank - 1];
+    if (d >= n_rot) {
+      store(args.out, i, load(x, i));
+      return;
+    }
+    // `first`: this column is x_a of its pair, otherwise x_b.
+    const bool first = mode == RopeMode::HalfSplit ? d < half : d % 2 == 0;
+    const int64_t pair = mode == RopeMode::HalfSplit ? (first ? d : d - half) : d / 2;
+    const int64_t step = mode == RopeMode::HalfSplit ? half : 1;
+    std::memcpy(partner, i, sizeof(int64_t) * static_cast<size_t>(rank));
+    partner[rank - 1] = first ? d + step : d - step;
+    const int64_t t = i[rank - 3];
+    const double theta =
+        load(positions, &t) * freq_scale *
+        std::pow(base, -2.0 * static_cast<double>(pair) / static_cast<double>(n_rot));
+    const double c = std::cos(theta), s = std::sin(theta);
+    const double self = load(x, i), other = load(x, partner);
+    store(args.out, i, first ? self * c - other * s : other * s + self * c);
+  });
+  return absl::OkStatus();
+}
+
+absl::Status conv2d(const KernelArgs& args) {
+  const TensorView& x = args.inputs[0];
+  const TensorView& weight = args.inputs[1];
+  const auto& a = args.node.attrs.ints;
+  const int64_t stride_h = a[0], stride_w = a[1], pad_h = a[2], pad_w = a[3], dil_h = a[4],
+                dil_w = a[5];
+  const int64_t groups = a[6];
+  const bool has_bias = a[7] != 0;
+  const Shape& xs = args.graph.node(args.node.inputs[0]).shape;
+  const Shape& ws = args.graph.node(args.node.inputs[1]).shape;
+  const int64_t height = xs[2], width = xs[3];
+  const int64_t in_per_group = ws[1], kh_size = ws[2], kw_size = ws[3];
+  const int64_t out_per_group = ws[0] / groups;
+  for_each_index(args.box, [&](const int64_t* i) {
+    const int64_t o = i[1], oh = i[2], ow = i[3];
+    const int64_t c0 = (o / out_per_group) * in_per_group;
+    int64_t xi[4] = {i[0], 0, 0, 0}, wi[4] = {o, 0, 0, 0};
+    double acc = 0;
+    for (int64_t c = 0; c < in_per_group; ++c) {
+      xi[1] = c0 + c;
+      wi[1] = c;
+      for (int64_t kh = 0; kh < kh_size; ++kh) {
+        xi[2] = oh * stride_h - pad_h + kh * dil_h;
+        if (xi[2] < 0 || xi[2] >= height) continue;  // zero padding
+        wi[2] = kh;
+        for (int64_t kw = 0; kw < kw_size; ++kw) {
+          xi[3] = ow * stride_w - pad_w + kw * dil_w;
+          if (xi[3] < 0 || xi[3] >= width) continue;
+          wi[3] = kw;
+          acc += load(x, xi) * load(weight, wi);
+        }
+      }
+    }
+    if (has_bias) acc += load(args.inputs[2], &o);
+    store(args.out, i, acc);
+  });
+  return absl::OkStatus();
+}
+
+absl::Status pool2d(const KernelArgs& args) {
+  const TensorView& x = args.inputs[0];
+  const auto kind = static_cast<PoolKind>(args.node.attrs.ints[0]);
+  const int64_t kernel = args.node.attrs.ints[1], stride = args.node.attrs.ints[2];
+  const int64_t padding = args.node.attrs.ints[3];
+  const Shape& xs = args.graph.node(args.node.inputs[0]).shape;
+  const double divisor = static_cast<double>(kernel * kernel);
+  for_each_index(args.box, [&](const int64_t* i) {
+    int64_t xi[4] = {i[0], i[1], 0, 0};
+    double max = -std::numeric_limits<double>::infinity(), sum = 0;
+    for (int64_t kh = 0; kh < kernel; ++kh) {
+      xi[2] = i[2] * stride - padding + kh;
+      if (xi[2] < 0 || xi[2] >= xs[2]) continue;
+      for (int64_t kw = 0; kw < kernel; ++kw) {
+        xi[3] = i[3] * stride - padding + kw;
+        if (xi[3] < 0 || xi[3] >= xs[3]) continue;
+        const double v = load(x, xi);
+        if (!std::isnan(max) && (v > max || std::isnan(v))) max = v;  // NaN propagates
+        sum += v;
+      }
+    }
+    store(args.out, i, kind == PoolKind::Max ? max : sum / divisor);
+  });
+  return absl::OkStatus();
+}
+
+absl::Status upsample(const KernelArgs& args) {
+  const TensorView& x = args.inputs[0];
+  const int rank = args.node.rank();
+  const int64_t scale = args.node.attrs.ints[0];
+  const size_t size = static_cast<size_t>(dtype_size(x.dtype));
+  int64_t src[kMaxRank];
+  // A byte copy: exact for every dtype, including i64 beyond 2^53.
+  for_each_index(args.box, [&](const int64_t* i) {
+    std::memcpy(src, i, sizeof(int64_t) * static_cast<size_t>(rank));
+    src[rank - 2] /= scale;
+    src[rank - 1] /= scale;
+    std::memcpy(
+        static_cast<std::byte*>(args.out.data) + args.out.offset(i) * static_cast<int64_t>(size),
+        static_cast<const std::byte*>(x.data) + x.offset(src) * static_cast<int64_t>(size), size);
+  });
+  return absl::OkStatus();
+}
 
 }  // namespace tessera::ref

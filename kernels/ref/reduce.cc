@@ -31,28 +31,41 @@ struct Accumulator {
     const bool first = count++ == 0;
     switch (fn) {
       case ReduceFn::Sum:
-      case ReduceFn::Mean: value = first ? v : value + v; break;
-      case ReduceFn::Prod: value = first ? v : value * v; break;
+      case ReduceFn::Mean:
+        value = first ? v : value + v;
+        break;
+      case ReduceFn::Prod:
+        value = first ? v : value * v;
+        break;
       case ReduceFn::Max:
-      case ReduceFn::Argmax:
-        if (replaces(v, value, first, true)) value = v, index = at[axis];
-        break;
       case ReduceFn::Min:
-      case ReduceFn::Argmin:
-        if (replaces(v, value, first, false)) value = v, index = at[axis];
+        if (replaces(v, value, first, fn == ReduceFn::Max)) value = v;
         break;
-      case ReduceFn::Count: break;
+      case ReduceFn::Argmax:
+      case ReduceFn::Argmin:
+        if (replaces(v, value, first, fn == ReduceFn::Argmax)) {
+          value = v;
+          index = at[axis];
+        }
+        break;
+      case ReduceFn::Count:
+        break;
     }
   }
 
   double result() const {
     switch (fn) {
-      case ReduceFn::Sum: return count == 0 ? 0.0 : value;
-      case ReduceFn::Prod: return count == 0 ? 1.0 : value;
-      case ReduceFn::Mean: return (count == 0 ? 0.0 : value) / static_cast<double>(count);
+      case ReduceFn::Sum:
+        return count == 0 ? 0.0 : value;
+      case ReduceFn::Prod:
+        return count == 0 ? 1.0 : value;
+      case ReduceFn::Mean:
+        return (count == 0 ? 0.0 : value) / static_cast<double>(count);
       case ReduceFn::Argmax:
-      case ReduceFn::Argmin: return static_cast<double>(index);
-      default: return value;
+      case ReduceFn::Argmin:
+        return static_cast<double>(index);
+      default:
+        return value;
     }
   }
 };

@@ -1,0 +1,146 @@
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "tests/support/op_harness.h"
+
+using namespace tessera;
+using tessera::testing::Buffer;
+
+namespace {
+
+struct MatmulCase {
+  Graph graph;
+  Tensor out;
+  std::vector<std::vector<float>> inputs;  // a, b, dense over their full shapes
+  std::vector<TensorView> views;
+};
+
+// matmul(a, b) over inputs filled with uniform values in [-1, 1].
+void build(MatmulCase& c, const Shape& a_shape, const Shape& b_shape, std::mt19937_64& rng) {
+  Tensor a = c.graph.input("a", a_shape, DType::F32);
+  Tensor b = c.graph.input("b", b_shape, DType::F32);
+  c.out = matmul(a, b);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (const Shape& s : {a_shape, b_shape}) {
+    c.inputs.emplace_back(static_cast<size_t>(shape_volume(s)));
+    for (float& x : c.inputs.back()) x = u(rng);
+    c.views.push_back(dense_view(c.inputs.back().data(), DType::F32, Box::full(s)));
+  }
+}
+
+// Computes `box` of the matmul with `kernel` into a buffer holding only that box.
+std::vector<float> run(const MatmulCase& c, KernelFn kernel, const Box& box) {
+  std::vector<float> out(static_cast<size_t>(box.volume()));
+  TensorView view = dense_view(out.data(), DType::F32, box);
+  absl::Status st = kernel(KernelArgs{c.graph, c.graph.node(c.out.id), c.views, view, box});
+  REQUIRE_MESSAGE(st.ok(), st.ToString());
+  return out;
+}
+
+Shape random_shape(std::mt19937_64& rng, int rank, int64_t max_dim) {
+  Shape s;
+  for (int d = 0; d < rank; ++d) s.push_back(static_cast<int64_t>(rng() % static_cast<uint64_t>(max_dim)) + 1);
+  return s;
+}
+
+// Random matmul shapes with broadcast batch dims; widths cross the vector and chunk sizes.
+void random_shapes(std::mt19937_64& rng, Shape& a, Shape& b) {
+  const int64_t m = static_cast<int64_t>(rng() % 9) + 1, k = static_cast<int64_t>(rng() % 70),
+                n = static_cast<int64_t>(rng() % 40) + 1;
+  Shape batch = random_shape(rng, static_cast<int>(rng() % 3), 3);
+  a = batch;
+  b = batch;
+  if (rng() % 3 == 0) b.clear();                  // rank-2 b shared by every batch
+  else if (!b.empty() && rng() % 2) b[0] = 1;     // broadcast batch dim
+  a.push_back(m);
+  a.push_back(k);
+  b.push_back(k);
+  b.push_back(rng() % 5 == 0 ? n + 1100 : n);     // some widths span two column chunks
+}
+
+}  // namespace
+
+TEST_CASE("kernels: f32 matmul is registered for f32 matmul nodes only") {
+  Graph g;
+  Tensor f32 = matmul(g.input("a", {2, 3}, DType::F32), g.input("b", {3, 4}, DType::F32));
+  Tensor f16 = matmul(g.input("c", {2, 3}, DType::F16), g.input("d", {3, 4}, DType::F16));
+  CHECK(static_cast<bool>(cpu::optimised_kernel(g.node(f32.id))));
+  CHECK_FALSE(static_cast<bool>(cpu::optimised_kernel(g.node(f16.id))));
+}
+
+TEST_CASE("kernels: f32 matmul matches the reference within tolerance") {
+  const uint64_t seed = 11;
+  std::mt19937_64 rng(seed);
+  for (int trial = 0; trial < 40; ++trial) {
+    Shape a_shape, b_shape;
+    random_shapes(rng, a_shape, b_shape);
+    MatmulCase c;
+    build(c, a_shape, b_shape, rng);
+    CAPTURE(seed);
+    CAPTURE(trial);
+    CAPTURE(shape_string(a_shape));
+    CAPTURE(shape_string(b_shape));
+    const Node& n = c.graph.node(c.out.id);
+    const Box full = Box::full(n.shape);
+    std::vector<float> fast = run(c, cpu::optimised_kernel(n), full);
+    std::vector<float> ref = run(c, ref::reference_kernel(OpKind::Matmul), full);
+    // Float accumulation of K products in [-1, 1]: error grows at most ~K * 2^-24.
+    const double tolerance = 1e-6 * static_cast<double>(a_shape.back() + 1);
+    for (size_t i = 0; i < fast.size(); ++i)
+      if (std::fabs(fast[i] - ref[i]) > tolerance) {
+        FAIL("element ", i, ": optimised ", fast[i], " vs reference ", ref[i]);
+      }
+  }
+}
+
+TEST_CASE("kernels: f32 matmul sub-boxes are bitwise equal to the full box") {
+  const uint64_t seed = 12;
+  std::mt19937_64 rng(seed);
+  for (int trial = 0; trial < 30; ++trial) {
+    Shape a_shape, b_shape;
+    random_shapes(rng, a_shape, b_shape);
+    MatmulCase c;
+    build(c, a_shape, b_shape, rng);
+    CAPTURE(seed);
+    CAPTURE(trial);
+    CAPTURE(shape_string(a_shape));
+    CAPTURE(shape_string(b_shape));
+    const Node& n = c.graph.node(c.out.id);
+    KernelFn fast = cpu::optimised_kernel(n);
+    const Box full_box = Box::full(n.shape);
+    std::vector<float> full = run(c, fast, full_box);
+    TensorView full_view = dense_view(full.data(), DType::F32, full_box);
+    for (int sub = 0; sub < 8; ++sub) {
+      Box box = tessera::testing::random_box(n.shape, rng);
+      CAPTURE(box.to_string());
+      std::vector<float> part = run(c, fast, box);
+      TensorView part_view = dense_view(part.data(), DType::F32, box);
+      ref::for_each_index(box, [&](const int64_t* i) {
+        const float x = *part_view.at<float>(i), y = *full_view.at<float>(i);
+        if (std::memcmp(&x, &y, sizeof(float)) != 0) FAIL("sub-box value ", x, " differs from full-box value ", y);
+      });
+    }
+  }
+}
+
+TEST_CASE("kernels: f32 matmul writes into a strided output view") {
+  // The output buffer holds a larger extent than the box (as a session's kept buffer does).
+  std::mt19937_64 rng(13);
+  MatmulCase c;
+  build(c, {2, 6, 5}, {5, 9}, rng);
+  const Node& n = c.graph.node(c.out.id);
+  std::vector<float> full = run(c, cpu::optimised_kernel(n), Box::full(n.shape));
+  std::vector<float> big(static_cast<size_t>(n.volume()), -7.0f);
+  TensorView view = dense_view(big.data(), DType::F32, Box::full(n.shape));
+  Box box{{1, 2}, {2, 5}, {3, 8}};
+  REQUIRE(cpu::optimised_kernel(n)(KernelArgs{c.graph, n, c.views, view, box}).ok());
+  for (size_t i = 0; i < big.size(); ++i) {
+    int64_t index[3] = {static_cast<int64_t>(i) / 54, static_cast<int64_t>(i) / 9 % 6, static_cast<int64_t>(i) % 9};
+    CHECK(big[i] == (box.contains_point(index) ? full[i] : -7.0f));
+  }
+}
