@@ -1,4 +1,6 @@
 // Index-shaped ops: matmul, gather, triangle masks, and the generators arange and rand.
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "engine/op_def.h"
 #include "engine/ops.h"
@@ -11,11 +13,22 @@ void no_forward(const Graph&, const Node&, int, const Box&, Region&) {}
 void no_needed(const Graph&, const Node&, const Box&, std::span<Box>) {}
 
 // The leading `count` dims of a shape or box (the batch dims of matmul, the index dims of gather).
-Shape leading_dims(const Shape& shape, int count) { return Shape(shape.begin(), shape.begin() + count); }
-Box leading_box(const Box& box, int begin, int count) {
+Shape leading_dims(const Shape& shape, int count) {
+  return Shape(shape.begin(), shape.begin() + count);
+}
+Box leading_box(const Box& box, int count) {
   Box b = Box::of_rank(count);
-  for (int d = 0; d < count; ++d) b[d] = box[begin + d];
+  for (int d = 0; d < count; ++d) b[d] = box[d];
   return b;
+}
+
+// Numpy broadcasting compatibility (trailing dims equal or 1).
+bool broadcastable(const Shape& a, const Shape& b) {
+  for (size_t i = 1; i <= std::min(a.size(), b.size()); ++i) {
+    const int64_t x = a[a.size() - i], y = b[b.size() - i];
+    if (x != y && x != 1 && y != 1) return false;
+  }
+  return true;
 }
 
 void check_tensor(std::string_view op, const Tensor& t) {
@@ -36,12 +49,15 @@ void matmul_forward(const Graph& g, const Node& node, int input, const Box& dirt
   if (dirty.empty()) return;
   const Node& x = input_node(g, node, input);
   const int out_batch = node.rank() - 2, x_batch = x.rank() - 2;
-  Box in_batch = broadcast_forward(leading_dims(x.shape, x_batch), leading_dims(node.shape, out_batch),
-                                   leading_box(dirty, 0, x_batch));
+  Box in_batch =
+      broadcast_forward(leading_dims(x.shape, x_batch), leading_dims(node.shape, out_batch),
+                        leading_box(dirty, x_batch));
   Box b = Box::full(node.shape);
   for (int d = 0; d < out_batch; ++d) b[d] = in_batch[d];
-  if (input == 0) b[out_batch] = dirty[x_batch];          // rows of a -> rows of C
-  else b[out_batch + 1] = dirty[x_batch + 1];             // cols of b -> cols of C
+  if (input == 0)
+    b[out_batch] = dirty[x_batch];  // rows of a -> rows of C
+  else
+    b[out_batch + 1] = dirty[x_batch + 1];  // cols of b -> cols of C
   out.add(b);
 }
 
@@ -54,12 +70,14 @@ void matmul_needed(const Graph& g, const Node& node, const Box& out, std::span<B
       continue;
     }
     const int x_batch = x.rank() - 2;
-    Box batch = broadcast_needed(leading_dims(x.shape, x_batch), leading_dims(node.shape, out_batch),
-                                 leading_box(out, 0, out_batch));
+    Box batch = broadcast_needed(leading_dims(x.shape, x_batch),
+                                 leading_dims(node.shape, out_batch), leading_box(out, out_batch));
     Box b = Box::full(x.shape);  // all K
     for (int d = 0; d < x_batch; ++d) b[d] = batch[d];
-    if (i == 0) b[x_batch] = out[out_batch];                // rows of the box
-    else b[x_batch + 1] = out[out_batch + 1];               // cols of the box
+    if (i == 0)
+      b[x_batch] = out[out_batch];  // rows of the box
+    else
+      b[x_batch + 1] = out[out_batch + 1];  // cols of the box
     inputs[static_cast<size_t>(i)] = b;
   }
 }
@@ -72,22 +90,29 @@ const OpDef kMatmulDef{
     .max_inputs = 2,
     .infer =
         [](const Graph& g, Node& node) {
-          if (!node.attrs.ints.empty() || !node.attrs.floats.empty()) fail("matmul", "takes no attributes");
+          if (!node.attrs.ints.empty() || !node.attrs.floats.empty())
+            fail("matmul", "takes no attributes");
           const Node& a = input_node(g, node, 0);
           const Node& b = input_node(g, node, 1);
           if (a.rank() < 2 || b.rank() < 2)
-            fail("matmul", absl::StrCat("inputs need rank >= 2, got ", shape_string(a.shape), " and ",
-                                        shape_string(b.shape)));
+            fail("matmul", absl::StrCat("inputs need rank >= 2, got ", shape_string(a.shape),
+                                        " and ", shape_string(b.shape)));
           if (a.dtype != b.dtype)
-            fail("matmul", absl::StrCat("dtype mismatch: ", dtype_name(a.dtype), " vs ", dtype_name(b.dtype)));
-          if (!is_float(a.dtype)) fail("matmul", absl::StrCat("needs float inputs, got ", dtype_name(a.dtype)));
+            fail("matmul", absl::StrCat("dtype mismatch: ", dtype_name(a.dtype), " vs ",
+                                        dtype_name(b.dtype)));
+          if (!is_float(a.dtype))
+            fail("matmul", absl::StrCat("needs float inputs, got ", dtype_name(a.dtype)));
           const int64_t k_a = a.shape[static_cast<size_t>(a.rank() - 1)];
           const int64_t k_b = b.shape[static_cast<size_t>(b.rank() - 2)];
           if (k_a != k_b)
             fail("matmul", absl::StrCat("inner dimensions differ: ", shape_string(a.shape), " x ",
                                         shape_string(b.shape), " (K ", k_a, " vs ", k_b, ")"));
-          Shape shape = broadcast_shapes("matmul", leading_dims(a.shape, a.rank() - 2),
-                                         leading_dims(b.shape, b.rank() - 2));
+          const Shape batch_a = leading_dims(a.shape, a.rank() - 2);
+          const Shape batch_b = leading_dims(b.shape, b.rank() - 2);
+          if (!broadcastable(batch_a, batch_b))
+            fail("matmul", absl::StrCat("batch dims of ", shape_string(a.shape), " and ",
+                                        shape_string(b.shape), " do not broadcast"));
+          Shape shape = broadcast_shapes("matmul", batch_a, batch_b);
           shape.push_back(a.shape[static_cast<size_t>(a.rank() - 2)]);
           shape.push_back(b.shape[static_cast<size_t>(b.rank() - 1)]);
           node.shape = std::move(shape);
@@ -135,7 +160,7 @@ void gather_needed(const Graph& g, const Node& node, const Box& out, std::span<B
   Box t = Box::full(table.shape);
   for (int d = 1; d < table.rank(); ++d) t[d] = out[idx_rank + d - 1];
   inputs[0] = t;
-  inputs[1] = leading_box(out, 0, idx_rank);
+  inputs[1] = leading_box(out, idx_rank);
 }
 
 }  // namespace
@@ -146,7 +171,8 @@ const OpDef kGatherDef{
     .max_inputs = 2,
     .infer =
         [](const Graph& g, Node& node) {
-          if (!node.attrs.ints.empty() || !node.attrs.floats.empty()) fail("gather", "takes no attributes");
+          if (!node.attrs.ints.empty() || !node.attrs.floats.empty())
+            fail("gather", "takes no attributes");
           const Node& table = input_node(g, node, 0);
           const Node& ids = input_node(g, node, 1);
           if (table.rank() < 1) fail("gather", "table must have rank >= 1");
@@ -179,7 +205,8 @@ const OpDef kTriangleDef{
           if (node.attrs.ints.size() != 2 || (node.attrs.ints[0] != 0 && node.attrs.ints[0] != 1))
             fail("triangle", "expects ints [upper (0/1), k]");
           const Node& x = input_node(g, node, 0);
-          if (x.rank() < 2) fail("triangle", absl::StrCat("input needs rank >= 2, got ", shape_string(x.shape)));
+          if (x.rank() < 2)
+            fail("triangle", absl::StrCat("input needs rank >= 2, got ", shape_string(x.shape)));
           node.shape = x.shape;
           node.dtype = x.dtype;
         },
@@ -209,7 +236,8 @@ const OpDef kArangeDef{
     .infer =
         [](const Graph&, Node& node) {
           const Attrs& a = node.attrs;
-          if (a.ints.size() != 2 || a.floats.size() != 2) fail("arange", "expects ints [n, dtype], floats [start, step]");
+          if (a.ints.size() != 2 || a.floats.size() != 2)
+            fail("arange", "expects ints [n, dtype], floats [start, step]");
           if (a.ints[0] < 0) fail("arange", absl::StrCat("length must be >= 0, got ", a.ints[0]));
           if (a.ints[1] < 0 || a.ints[1] >= static_cast<int64_t>(DType::Bool))
             fail("arange", "dtype must be a float or integer type");
@@ -221,7 +249,8 @@ const OpDef kArangeDef{
 };
 
 Tensor arange(Graph& g, int64_t n, double start, double step, DType dtype) {
-  return g.add_node(OpKind::Arange, {}, Attrs{.ints = {n, static_cast<int64_t>(dtype)}, .floats = {start, step}});
+  return g.add_node(OpKind::Arange, {},
+                    Attrs{.ints = {n, static_cast<int64_t>(dtype)}, .floats = {start, step}});
 }
 
 // ---- rand: no inputs; ints = [RandDist, seed (uint64 bits), dtype, shape...] ------------------
@@ -235,11 +264,15 @@ const OpDef kRandDef{
     .infer =
         [](const Graph&, Node& node) {
           const Attrs& a = node.attrs;
-          if (a.ints.size() < 3 || !a.floats.empty()) fail("rand", "expects ints [dist, seed, dtype, shape...]");
-          if (a.ints[0] < 0 || a.ints[0] > static_cast<int64_t>(RandDist::Normal)) fail("rand", "unknown distribution");
-          if (a.ints[2] < 0 || a.ints[2] > static_cast<int64_t>(DType::Bool)) fail("rand", "unknown dtype");
+          if (a.ints.size() < 3 || !a.floats.empty())
+            fail("rand", "expects ints [dist, seed, dtype, shape...]");
+          if (a.ints[0] < 0 || a.ints[0] > static_cast<int64_t>(RandDist::Normal))
+            fail("rand", "unknown distribution");
+          if (a.ints[2] < 0 || a.ints[2] > static_cast<int64_t>(DType::Bool))
+            fail("rand", "unknown dtype");
           const auto dtype = static_cast<DType>(a.ints[2]);
-          if (!is_float(dtype)) fail("rand", absl::StrCat("dtype must be a float type, got ", dtype_name(dtype)));
+          if (!is_float(dtype))
+            fail("rand", absl::StrCat("dtype must be a float type, got ", dtype_name(dtype)));
           if (a.ints.size() - 3 > static_cast<size_t>(kMaxRank))
             fail("rand", absl::StrCat("rank ", a.ints.size() - 3, " exceeds ", kMaxRank));
           node.shape = Shape(a.ints.begin() + 3, a.ints.end());
@@ -250,7 +283,8 @@ const OpDef kRandDef{
 };
 
 static Tensor rand_node(Graph& g, RandDist dist, const Shape& shape, uint64_t seed, DType dtype) {
-  Attrs attrs{.ints = {static_cast<int64_t>(dist), static_cast<int64_t>(seed), static_cast<int64_t>(dtype)}};
+  Attrs attrs{.ints = {static_cast<int64_t>(dist), static_cast<int64_t>(seed),
+                       static_cast<int64_t>(dtype)}};
   attrs.ints.insert(attrs.ints.end(), shape.begin(), shape.end());
   return g.add_node(OpKind::Rand, {}, std::move(attrs));
 }

@@ -24,7 +24,8 @@ constexpr int64_t kLanes = 8;     // fixed-width inner blocks, vectorised by GCC
 
 // acc[r][j] += a[r] * b[j * b_step] for r < rows, j < cols. The fixed-size inner blocks let GCC
 // vectorise without runtime alias or trip-count checks; the tail repeats the same operation.
-void axpy_rows(float (*acc)[kChunk], const float* a, int64_t rows, const float* b, int64_t b_step, int64_t cols) {
+void axpy_rows(float (*acc)[kChunk], const float* a, int64_t rows, const float* b, int64_t b_step,
+               int64_t cols) {
   const int64_t full = cols - cols % kLanes;
   if (b_step == 1 && rows == kRows) {
     const float a0 = a[0], a1 = a[1], a2 = a[2], a3 = a[3];
@@ -55,11 +56,12 @@ void axpy_rows(float (*acc)[kChunk], const float* a, int64_t rows, const float* 
 }
 
 // Where a matmul operand's matrix starts for an output batch index (numpy broadcasting).
-const float* matrix_origin(const TensorView& view, const Shape& shape, int out_rank, const int64_t* out_index,
-                           int64_t row, int64_t col) {
+const float* matrix_origin(const TensorView& view, const Shape& shape, int out_rank,
+                           const int64_t* out_index, int64_t row, int64_t col) {
   int64_t index[kMaxRank];
   const int rank = static_cast<int>(shape.size()), offset = out_rank - rank;
-  for (int d = 0; d < rank - 2; ++d) index[d] = shape[static_cast<size_t>(d)] == 1 ? 0 : out_index[d + offset];
+  for (int d = 0; d < rank - 2; ++d)
+    index[d] = shape[static_cast<size_t>(d)] == 1 ? 0 : out_index[d + offset];
   index[rank - 2] = row;
   index[rank - 1] = col;
   return view.at<const float>(index);
@@ -71,12 +73,14 @@ absl::Status matmul_f32(const KernelArgs& args) {
   const TensorView& a = args.inputs[0];
   const TensorView& b = args.inputs[1];
   const TensorView& out = args.out;
-  if (a.dtype != DType::F32 || b.dtype != DType::F32 || out.dtype != DType::F32) return ref::reference_kernel(OpKind::Matmul)(args);
+  if (a.dtype != DType::F32 || b.dtype != DType::F32 || out.dtype != DType::F32)
+    return ref::reference_kernel(OpKind::Matmul)(args);
   const Box& box = args.box;
   if (box.empty()) return absl::OkStatus();
   const Shape& sa = args.graph.node(args.node.inputs[0]).shape;
   const Shape& sb = args.graph.node(args.node.inputs[1]).shape;
-  const int rank = args.node.rank(), ra = static_cast<int>(sa.size()), rb = static_cast<int>(sb.size());
+  const int rank = args.node.rank(), ra = static_cast<int>(sa.size()),
+            rb = static_cast<int>(sb.size());
   const int64_t depth = sa.back();
   const int64_t a_row_step = a.strides[ra - 2], a_k_step = a.strides[ra - 1];
   const int64_t b_k_step = b.strides[rb - 2], b_col_step = b.strides[rb - 1];

@@ -16,15 +16,19 @@ namespace {
 // the two matrix dims are set by the caller.
 void batch_index(const Shape& in_shape, int out_rank, const int64_t* out, int64_t* in) {
   const int in_batch = static_cast<int>(in_shape.size()) - 2, offset = out_rank - 2 - in_batch;
-  for (int d = 0; d < in_batch; ++d) in[d] = in_shape[static_cast<size_t>(d)] == 1 ? 0 : out[d + offset];
+  for (int d = 0; d < in_batch; ++d)
+    in[d] = in_shape[static_cast<size_t>(d)] == 1 ? 0 : out[d + offset];
 }
 
 // Copies one element between views without going through double, so movement-like ops are
 // exact for every dtype (i64 above 2^53 included).
-void copy_element(const TensorView& dst, const int64_t* dst_index, const TensorView& src, const int64_t* src_index) {
+void copy_element(const TensorView& dst, const int64_t* dst_index, const TensorView& src,
+                  const int64_t* src_index) {
   const size_t size = static_cast<size_t>(dtype_size(dst.dtype));
-  std::memcpy(static_cast<std::byte*>(dst.data) + dst.offset(dst_index) * static_cast<int64_t>(size),
-              static_cast<const std::byte*>(src.data) + src.offset(src_index) * static_cast<int64_t>(size), size);
+  std::memcpy(
+      static_cast<std::byte*>(dst.data) + dst.offset(dst_index) * static_cast<int64_t>(size),
+      static_cast<const std::byte*>(src.data) + src.offset(src_index) * static_cast<int64_t>(size),
+      size);
 }
 
 int64_t load_id(const TensorView& ids, const int64_t* index) {
@@ -46,7 +50,8 @@ double uniform_at(uint64_t counter, uint64_t seed) {
 absl::Status matmul(const KernelArgs& args) {
   const Shape& sa = args.graph.node(args.node.inputs[0]).shape;
   const Shape& sb = args.graph.node(args.node.inputs[1]).shape;
-  const int rank = args.node.rank(), ra = static_cast<int>(sa.size()), rb = static_cast<int>(sb.size());
+  const int rank = args.node.rank(), ra = static_cast<int>(sa.size()),
+            rb = static_cast<int>(sb.size());
   const int64_t depth = sa.back();
   int64_t ia[kMaxRank], ib[kMaxRank];
   for_each_index(args.box, [&](const int64_t* i) {
@@ -97,7 +102,9 @@ absl::Status triangle(const KernelArgs& args) {
       copy_element(args.out, i, args.inputs[0], i);
     } else {
       // All-zero bytes are zero in every dtype (floats, halves, integers, bool).
-      std::memset(static_cast<std::byte*>(args.out.data) + args.out.offset(i) * static_cast<int64_t>(size), 0, size);
+      std::memset(
+          static_cast<std::byte*>(args.out.data) + args.out.offset(i) * static_cast<int64_t>(size),
+          0, size);
     }
   });
   return absl::OkStatus();
@@ -105,7 +112,9 @@ absl::Status triangle(const KernelArgs& args) {
 
 absl::Status arange(const KernelArgs& args) {
   const double start = args.node.attrs.floats[0], step = args.node.attrs.floats[1];
-  for_each_index(args.box, [&](const int64_t* i) { store(args.out, i, start + static_cast<double>(i[0]) * step); });
+  for_each_index(args.box, [&](const int64_t* i) {
+    store(args.out, i, start + static_cast<double>(i[0]) * step);
+  });
   return absl::OkStatus();
 }
 
@@ -118,7 +127,9 @@ absl::Status rand(const KernelArgs& args) {
   const int rank = args.node.rank();
   for_each_index(args.box, [&](const int64_t* i) {
     uint64_t flat = 0;
-    for (int d = 0; d < rank; ++d) flat = flat * static_cast<uint64_t>(shape[static_cast<size_t>(d)]) + static_cast<uint64_t>(i[d]);
+    for (int d = 0; d < rank; ++d)
+      flat =
+          flat * static_cast<uint64_t>(shape[static_cast<size_t>(d)]) + static_cast<uint64_t>(i[d]);
     double value;
     if (dist == RandDist::Uniform) {
       value = uniform_at(flat, seed);

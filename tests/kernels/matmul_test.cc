@@ -44,7 +44,8 @@ std::vector<float> run(const MatmulCase& c, KernelFn kernel, const Box& box) {
 
 Shape random_shape(std::mt19937_64& rng, int rank, int64_t max_dim) {
   Shape s;
-  for (int d = 0; d < rank; ++d) s.push_back(static_cast<int64_t>(rng() % static_cast<uint64_t>(max_dim)) + 1);
+  for (int d = 0; d < rank; ++d)
+    s.push_back(static_cast<int64_t>(rng() % static_cast<uint64_t>(max_dim)) + 1);
   return s;
 }
 
@@ -55,12 +56,14 @@ void random_shapes(std::mt19937_64& rng, Shape& a, Shape& b) {
   Shape batch = random_shape(rng, static_cast<int>(rng() % 3), 3);
   a = batch;
   b = batch;
-  if (rng() % 3 == 0) b.clear();                  // rank-2 b shared by every batch
-  else if (!b.empty() && rng() % 2) b[0] = 1;     // broadcast batch dim
+  if (rng() % 3 == 0)
+    b.clear();  // rank-2 b shared by every batch
+  else if (!b.empty() && rng() % 2)
+    b[0] = 1;  // broadcast batch dim
   a.push_back(m);
   a.push_back(k);
   b.push_back(k);
-  b.push_back(rng() % 5 == 0 ? n + 1100 : n);     // some widths span two column chunks
+  b.push_back(rng() % 5 == 0 ? n + 1100 : n);  // some widths span two column chunks
 }
 
 }  // namespace
@@ -122,7 +125,8 @@ TEST_CASE("kernels: f32 matmul sub-boxes are bitwise equal to the full box") {
       TensorView part_view = dense_view(part.data(), DType::F32, box);
       ref::for_each_index(box, [&](const int64_t* i) {
         const float x = *part_view.at<float>(i), y = *full_view.at<float>(i);
-        if (std::memcmp(&x, &y, sizeof(float)) != 0) FAIL("sub-box value ", x, " differs from full-box value ", y);
+        if (std::memcmp(&x, &y, sizeof(float)) != 0)
+          FAIL("sub-box value ", x, " differs from full-box value ", y);
       });
     }
   }
@@ -140,7 +144,8 @@ TEST_CASE("kernels: f32 matmul writes into a strided output view") {
   Box box{{1, 2}, {2, 5}, {3, 8}};
   REQUIRE(cpu::optimised_kernel(n)(KernelArgs{c.graph, n, c.views, view, box}).ok());
   for (size_t i = 0; i < big.size(); ++i) {
-    int64_t index[3] = {static_cast<int64_t>(i) / 54, static_cast<int64_t>(i) / 9 % 6, static_cast<int64_t>(i) % 9};
+    int64_t index[3] = {static_cast<int64_t>(i) / 54, static_cast<int64_t>(i) / 9 % 6,
+                        static_cast<int64_t>(i) % 9};
     CHECK(big[i] == (box.contains_point(index) ? full[i] : -7.0f));
   }
 }

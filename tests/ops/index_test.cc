@@ -3,6 +3,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "tests/support/op_harness.h"
@@ -22,7 +23,8 @@ std::vector<double> values_of(const Graph& g, Tensor t, const std::vector<Buffer
   const Node& n = g.node(t.id);
   TensorView v = dense_view(values[static_cast<size_t>(t.id)].data(), n.dtype, Box::full(n.shape));
   std::vector<double> out;
-  ref::for_each_index(Box::full(n.shape), [&](const int64_t* i) { out.push_back(ref::load(v, i)); });
+  ref::for_each_index(Box::full(n.shape),
+                      [&](const int64_t* i) { out.push_back(ref::load(v, i)); });
   return out;
 }
 
@@ -52,21 +54,27 @@ double mean_of(const std::vector<double>& v) {
 }  // namespace
 
 TEST_CASE("ops: matmul rules with broadcast batch dims") {
-  check_rules(OpCase{"matmul rank 2", [](Graph& g) {
-    return matmul(g.input("a", {5, 4}, DType::F32), g.input("b", {4, 3}, DType::F32));
-  }});
-  check_rules(OpCase{"matmul batched a, rank-2 b", [](Graph& g) {
-    return matmul(g.input("a", {3, 5, 4}, DType::F32), g.input("b", {4, 6}, DType::F32));
-  }}, 2);
-  check_rules(OpCase{"matmul rank-2 a, batched b", [](Graph& g) {
-    return matmul(g.input("a", {2, 4}, DType::F32), g.input("b", {3, 4, 5}, DType::F32));
-  }}, 3);
-  check_rules(OpCase{"matmul broadcast both", [](Graph& g) {
-    return matmul(g.input("a", {2, 1, 3, 4}, DType::F32), g.input("b", {3, 4, 2}, DType::F32));
-  }}, 4);
-  check_rules(OpCase{"matmul f16", [](Graph& g) {
-    return matmul(g.input("a", {1, 4, 3}, DType::F16), g.input("b", {2, 3, 5}, DType::F16));
-  }}, 5);
+  struct Case {
+    Shape a, b;
+    DType dtype;
+  };
+  const Case cases[] = {
+      {{5, 4}, {4, 3}, DType::F32},           // plain
+      {{3, 5, 4}, {4, 6}, DType::F32},        // batched a, rank-2 b
+      {{2, 4}, {3, 4, 5}, DType::F32},        // rank-2 a, batched b
+      {{2, 1, 3, 4}, {3, 4, 2}, DType::F32},  // broadcast on both sides
+      {{1, 4, 3}, {2, 3, 5}, DType::F16},     // size-1 batch dim, f16 rounding
+  };
+  uint64_t seed = 1;
+  for (const Case& c : cases) {
+    const std::string label = shape_string(c.a) + " x " + shape_string(c.b);
+    check_rules(OpCase{label,
+                       [c](Graph& g) {
+                         Tensor a = g.input("a", c.a, c.dtype);
+                         return matmul(a, g.input("b", c.b, c.dtype));
+                       }},
+                seed++);
+  }
 }
 
 TEST_CASE("ops: matmul and gather rules are exact") {
@@ -110,24 +118,28 @@ TEST_CASE("ops: matmul of known matrices") {
 }
 
 TEST_CASE("ops: gather rules with rank-2 ids and rank-3 table") {
-  // Inputs are declared in separate statements: ranges follow declaration order, and argument
-  // evaluation order is unspecified.
-  check_rules(OpCase{"gather i32", [](Graph& g) {
-    Tensor table = g.input("table", {6, 3, 2}, DType::F32);
-    return gather(table, g.input("ids", {2, 3}, DType::I32));
-  }, {ValueRange{}, ValueRange{0, 5}}});
-  check_rules(OpCase{"gather i64 rank-1 table", [](Graph& g) {
-    Tensor table = g.input("table", {7}, DType::F32);
-    return gather(table, g.input("ids", {4, 2}, DType::I64));
-  }, {ValueRange{}, ValueRange{0, 6}}}, 2);
-  check_rules(OpCase{"gather i32 table", [](Graph& g) {
-    Tensor table = g.input("table", {5, 4}, DType::I32);
-    return embedding(table, g.input("ids", {3}, DType::I32));
-  }, {ValueRange{-100, 100}, ValueRange{0, 4}}}, 3);
-  check_rules(OpCase{"gather rank-0 ids", [](Graph& g) {
-    Tensor table = g.input("table", {4, 3}, DType::F32);
-    return gather(table, g.input("ids", {}, DType::I32));
-  }, {ValueRange{}, ValueRange{0, 3}}}, 4);
+  struct Case {
+    Shape table, ids;
+    DType table_dtype, ids_dtype;
+  };
+  const Case cases[] = {
+      {{6, 3, 2}, {2, 3}, DType::F32, DType::I32},
+      {{7}, {4, 2}, DType::F32, DType::I64},  // rank-1 table: the output is the ids' shape
+      {{5, 4}, {3}, DType::I32, DType::I32},
+      {{4, 3}, {}, DType::F32, DType::I32},  // a single id
+  };
+  uint64_t seed = 1;
+  for (const Case& c : cases) {
+    const std::string label = shape_string(c.table) + " by ids " + shape_string(c.ids);
+    // Ranges follow declaration order: table first, then ids in [0, V - 1].
+    check_rules(OpCase{label,
+                       [c](Graph& g) {
+                         Tensor table = g.input("table", c.table, c.table_dtype);
+                         return gather(table, g.input("ids", c.ids, c.ids_dtype));
+                       },
+                       {ValueRange{-100, 100}, ValueRange{0, static_cast<double>(c.table[0] - 1)}}},
+                seed++);
+  }
 }
 
 TEST_CASE("ops: gather picks table rows") {
@@ -154,22 +166,31 @@ TEST_CASE("ops: gather with an out-of-range id fails the kernel") {
     TensorView ov = dense_view(result.data(), DType::F32, Box{{0, 2}, {0, 2}});
     std::vector<TensorView> views{tv, iv};
     Box box{{0, 2}, {0, 2}};
-    absl::Status st = ref::reference_kernel(OpKind::Gather)(KernelArgs{g, g.node(out.id), views, ov, box});
+    absl::Status st =
+        ref::reference_kernel(OpKind::Gather)(KernelArgs{g, g.node(out.id), views, ov, box});
     CHECK_FALSE(st.ok());
     CHECK(st.code() == absl::StatusCode::kInvalidArgument);
     CHECK(std::string(st.message()).find("out of range [0, 3)") != std::string::npos);
     // Only the bad position's box fails; the good id alone computes.
     Box good{{0, 1}, {0, 2}};
-    CHECK(ref::reference_kernel(OpKind::Gather)(KernelArgs{g, g.node(out.id), views, ov, good}).ok());
+    CHECK(
+        ref::reference_kernel(OpKind::Gather)(KernelArgs{g, g.node(out.id), views, ov, good}).ok());
   }
 }
 
 TEST_CASE("ops: triu and tril rules and values") {
   for (int64_t k : {-1, 0, 2}) {
-    check_rules(OpCase{"triu", [k](Graph& g) { return triu(g.input("x", {2, 4, 5}, DType::F32), k); }},
-                static_cast<uint64_t>(k + 10), 10);
-    check_rules(OpCase{"tril", [k](Graph& g) { return tril(g.input("x", {4, 3}, DType::I64), k); }},
-                static_cast<uint64_t>(k + 20), 10);
+    const auto seed = static_cast<uint64_t>(k + 10);
+    check_rules(OpCase{"triu",
+                       [k](Graph& g) {
+                         return triu(g.input("x", {2, 4, 5}, DType::F32), k);
+                       }},
+                seed, 10);
+    check_rules(OpCase{"tril",
+                       [k](Graph& g) {
+                         return tril(g.input("x", {4, 3}, DType::I64), k);
+                       }},
+                seed, 10);
   }
   Graph g;
   Tensor x = g.constant({3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9});
@@ -189,7 +210,8 @@ TEST_CASE("ops: arange values") {
 
 TEST_CASE("ops: rand gives the same values whatever box computes them") {
   Graph g;
-  for (Tensor t : {rand(g, {5, 7, 3}, 42), randn(g, {5, 7, 3}, 42), rand(g, {6, 4}, 7, DType::BF16)}) {
+  for (Tensor t :
+       {rand(g, {5, 7, 3}, 42), randn(g, {5, 7, 3}, 42), rand(g, {6, 4}, 7, DType::BF16)}) {
     const Node& n = g.node(t.id);
     Buffer full = evaluate_full(g, {})[static_cast<size_t>(t.id)];
     TensorView fv = dense_view(full.data(), n.dtype, Box::full(n.shape));
@@ -243,26 +265,36 @@ TEST_CASE("ops: matmul validation errors") {
   Tensor a = g.input("a", {2, 3, 4}, DType::F32);
   Tensor b = g.input("b", {4, 5}, DType::F32);
   CHECK_NOTHROW(matmul(a, b));
-  CHECK_THROWS_WITH_AS(matmul(a, g.input("k", {3, 5}, DType::F32)), doctest::Contains("[matmul] inner dimensions"), Error);
-  CHECK_THROWS_WITH_AS(matmul(g.input("v", {4}, DType::F32), b), doctest::Contains("[matmul] inputs need rank >= 2"), Error);
-  CHECK_THROWS_WITH_AS(matmul(a, g.input("h", {4, 5}, DType::F16)), doctest::Contains("[matmul] dtype mismatch"), Error);
+  CHECK_THROWS_WITH_AS(matmul(a, g.input("k", {3, 5}, DType::F32)),
+                       doctest::Contains("[matmul] inner dimensions"), Error);
+  CHECK_THROWS_WITH_AS(matmul(g.input("v", {4}, DType::F32), b),
+                       doctest::Contains("[matmul] inputs need rank >= 2"), Error);
+  CHECK_THROWS_WITH_AS(matmul(a, g.input("h", {4, 5}, DType::F16)),
+                       doctest::Contains("[matmul] dtype mismatch"), Error);
   Tensor ia = g.input("ia", {2, 4}, DType::I32);
-  CHECK_THROWS_WITH_AS(matmul(ia, g.input("ib", {4, 2}, DType::I32)), doctest::Contains("[matmul] needs float"), Error);
-  CHECK_THROWS_WITH_AS(matmul(a, g.input("bb", {3, 4, 5}, DType::F32)), doctest::Contains("[matmul]"), Error);
+  CHECK_THROWS_WITH_AS(matmul(ia, g.input("ib", {4, 2}, DType::I32)),
+                       doctest::Contains("[matmul] needs float"), Error);
+  CHECK_THROWS_WITH_AS(matmul(a, g.input("bb", {3, 4, 5}, DType::F32)),
+                       doctest::Contains("[matmul] batch dims"), Error);
   CHECK_THROWS_WITH_AS(matmul(Tensor{}, b), doctest::Contains("[matmul]"), Error);
 }
 
 TEST_CASE("ops: gather, triangle, arange and rand validation errors") {
   Graph g;
   Tensor table = g.input("table", {5, 3}, DType::F32);
-  CHECK_THROWS_WITH_AS(gather(table, g.input("fids", {2}, DType::F32)), doctest::Contains("[gather] ids must be"), Error);
+  CHECK_THROWS_WITH_AS(gather(table, g.input("fids", {2}, DType::F32)),
+                       doctest::Contains("[gather] ids must be"), Error);
   CHECK_THROWS_WITH_AS(gather(g.input("scalar", {}, DType::F32), g.input("ids", {2}, DType::I32)),
                        doctest::Contains("[gather] table must have rank"), Error);
-  CHECK_THROWS_WITH_AS(triu(g.input("row", {4}, DType::F32)), doctest::Contains("[triangle]"), Error);
-  CHECK_THROWS_WITH_AS(tril(g.input("row2", {4}, DType::F32), 1), doctest::Contains("[triangle]"), Error);
+  CHECK_THROWS_WITH_AS(triu(g.input("row", {4}, DType::F32)), doctest::Contains("[triangle]"),
+                       Error);
+  CHECK_THROWS_WITH_AS(tril(g.input("row2", {4}, DType::F32), 1), doctest::Contains("[triangle]"),
+                       Error);
   CHECK_THROWS_WITH_AS(arange(g, -1), doctest::Contains("[arange] length"), Error);
   CHECK_THROWS_WITH_AS(arange(g, 3, 0, 1, DType::Bool), doctest::Contains("[arange] dtype"), Error);
-  CHECK_THROWS_WITH_AS(rand(g, {4}, 1, DType::I32), doctest::Contains("[rand] dtype must be a float"), Error);
-  CHECK_THROWS_WITH_AS(randn(g, {4}, 1, DType::Bool), doctest::Contains("[rand] dtype must be a float"), Error);
+  CHECK_THROWS_WITH_AS(rand(g, {4}, 1, DType::I32),
+                       doctest::Contains("[rand] dtype must be a float"), Error);
+  CHECK_THROWS_WITH_AS(randn(g, {4}, 1, DType::Bool),
+                       doctest::Contains("[rand] dtype must be a float"), Error);
   CHECK_THROWS_WITH_AS(rand(g, {2, -1}, 1), doctest::Contains("[rand]"), Error);
 }
