@@ -83,18 +83,25 @@ Tensor cumsum(Tensor x, int64_t axis);
 // [..., M, K] x [..., K, N] -> [..., M, N]; batch dims broadcast; rank >= 2 each.
 Tensor matmul(Tensor a, Tensor b);
 
-// Movement. reshape accepts one -1 entry.
+// Movement: every dtype, values copied bit-exactly. reshape keeps the row-major order and
+// accepts one -1 entry; permute's output dim i is input dim perm[i].
 Tensor reshape(Tensor x, const Shape& shape);
 Tensor permute(Tensor x, std::vector<int64_t> perm);
 Tensor transpose(Tensor x, int64_t axis0, int64_t axis1);
-// Elements start, start + step, ... below stop along one axis (step >= 1; bounds clamped).
+// Elements start, start + step, ... below stop along one axis (step >= 1). start and stop are
+// clamped into [0, dim] (negative values clamp to 0, they do not count from the end).
 Tensor slice(Tensor x, int64_t axis, int64_t start, int64_t stop, int64_t step = 1);
+// before/after: one non-negative amount per axis; value is converted to x's dtype.
 Tensor pad(Tensor x, std::vector<int64_t> before, std::vector<int64_t> after, float value = 0);
+// 1..64 inputs of one dtype, equal dims except on axis.
 Tensor concat(std::span<const Tensor> xs, int64_t axis);
+// Consecutive slices of the given sizes (non-negative, summing to x.dim(axis)).
 std::vector<Tensor> split(Tensor x, int64_t axis, std::vector<int64_t> sizes);
+// Inputs of equal shape joined along a new axis (in [-(rank + 1), rank]).
 Tensor stack(std::span<const Tensor> xs, int64_t axis);
-// Tiles x: output dim i is x.dim(i) * repeats[i].
+// Tiles x: output dim i is x.dim(i) * repeats[i] (repeats >= 1, one per axis).
 Tensor repeat(Tensor x, std::vector<int64_t> repeats);
+// Reverses the listed axes (each at most once; an empty list flips nothing).
 Tensor flip(Tensor x, std::vector<int64_t> axes);
 // Broadcasts size-1 dims (and new leading dims) to `shape`.
 Tensor expand(Tensor x, const Shape& shape);
@@ -124,20 +131,22 @@ Tensor group_norm(Tensor x, int64_t groups, Tensor weight, Tensor bias, double e
 // n_rot dims with frequencies base^(-2i/n_rot) * freq_scale.
 Tensor rope(Tensor x, Tensor positions, int64_t n_rot, double base, RopeMode mode,
             double freq_scale = 1.0);
-// x [N, C, H, W], weight [O, C / groups, KH, KW], bias [O] optional.
+// x [N, C, H, W], weight [O, C / groups, KH, KW], bias [O] optional (pass Tensor{}); zero
+// padding, float inputs of one dtype.
 struct Conv2dParams {
   int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dilation_h = 1, dilation_w = 1,
           groups = 1;
 };
 Tensor conv2d(Tensor x, Tensor weight, Tensor bias, const Conv2dParams& params = {});
-// x [N, C, H, W]; average pooling counts padding (count_include_pad).
+// x [N, C, H, W] float, square window, padding in [0, kernel); max ignores padding, average
+// pooling counts it (count_include_pad).
 Tensor pool2d(Tensor x, PoolKind kind, int64_t kernel, int64_t stride, int64_t padding = 0);
-// Nearest-neighbour upsampling of the last two dims by an integer factor.
+// Nearest-neighbour upsampling of the last two dims by an integer factor >= 1; any dtype.
 Tensor upsample_nearest(Tensor x, int64_t scale);
 // Attention over sequence-major tensors: q [..., T, Hq, D], k [..., S, Hkv, D],
 // v [..., S, Hkv, Dv] -> [..., T, Hq, Dv]; Hq a multiple of Hkv (GQA). causal requires T == S;
 // window > 0 lets query t see keys (t - window, t]; softcap > 0 applies softcap*tanh(s/softcap)
-// to the scaled scores.
+// to the scaled scores. window requires causal.
 struct AttentionParams {
   double scale = 1.0;
   bool causal = true;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "engine/op_def.h"
@@ -419,7 +420,12 @@ const OpDef kUpsampleDef{
           if (x.rank() < 2)
             fail("upsample", absl::StrCat("x must have rank >= 2, got ", shape_string(x.shape)));
           node.shape = x.shape;
-          for (size_t d = node.shape.size() - 2; d < node.shape.size(); ++d) node.shape[d] *= scale;
+          for (size_t d = node.shape.size() - 2; d < node.shape.size(); ++d) {
+            if (node.shape[d] > std::numeric_limits<int64_t>::max() / scale)
+              fail("upsample",
+                   absl::StrCat("output of ", shape_string(x.shape), " x", scale, " overflows"));
+            node.shape[d] *= scale;
+          }
           node.dtype = x.dtype;
         },
     .forward = upsample_forward,

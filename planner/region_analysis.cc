@@ -38,7 +38,8 @@ std::vector<Step> plan_read(const Graph& graph, NodeId target, const Box& box,
     if (missing.empty()) continue;
     missing.cap(max_boxes);
     const OpDef& def = op_def(node.kind);
-    input_boxes.assign(node.inputs.size(), Box());
+    input_boxes.clear();
+    for (NodeId in : node.inputs) input_boxes.push_back(Box::of_rank(graph.node(in).rank()));
     for (const Box& b : missing.boxes()) {
       def.needed(graph, node, b, std::span<Box>(input_boxes.data(), input_boxes.size()));
       for (size_t k = 0; k < node.inputs.size(); ++k) {
