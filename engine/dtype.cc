@@ -15,8 +15,36 @@ int dtype_size(DType dtype) {
     case DType::I32: return 4;
     case DType::I64: return 8;
     case DType::Bool: return 1;
+    default: return static_cast<int>(dtype_block_bytes(dtype));
   }
-  return 0;
+}
+
+bool is_quantized(DType dtype) { return dtype >= DType::Q8_0; }
+
+int64_t dtype_block_size(DType dtype) {
+  switch (dtype) {
+    case DType::Q8_0: case DType::Q4_0: case DType::Q4_1: case DType::Q5_0: case DType::Q5_1: return 32;
+    case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: return 256;
+    default: return 1;
+  }
+}
+
+int64_t dtype_block_bytes(DType dtype) {
+  switch (dtype) {
+    case DType::Q8_0: return 34;
+    case DType::Q4_0: return 18;
+    case DType::Q4_1: return 20;
+    case DType::Q5_0: return 22;
+    case DType::Q5_1: return 24;
+    case DType::Q4_K: return 144;
+    case DType::Q5_K: return 176;
+    case DType::Q6_K: return 210;
+    default: return dtype_size(dtype);
+  }
+}
+
+int64_t dtype_bytes(DType dtype, int64_t elements) {
+  return elements / dtype_block_size(dtype) * dtype_block_bytes(dtype);
 }
 
 const char* dtype_name(DType dtype) {
@@ -27,6 +55,14 @@ const char* dtype_name(DType dtype) {
     case DType::I32: return "i32";
     case DType::I64: return "i64";
     case DType::Bool: return "bool";
+    case DType::Q8_0: return "q8_0";
+    case DType::Q4_0: return "q4_0";
+    case DType::Q4_1: return "q4_1";
+    case DType::Q5_0: return "q5_0";
+    case DType::Q5_1: return "q5_1";
+    case DType::Q4_K: return "q4_K";
+    case DType::Q5_K: return "q5_K";
+    case DType::Q6_K: return "q6_K";
   }
   return "?";
 }

@@ -10,10 +10,17 @@
 
 namespace tessera {
 
-enum class DType : uint8_t { F32, F16, BF16, I32, I64, Bool };
+// Plain element types, then block-quantised weight types (ggml layouts) that only linear and
+// gather consume: a row of n elements is n / block_size blocks of block_bytes each.
+enum class DType : uint8_t { F32, F16, BF16, I32, I64, Bool, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K };
 
-// Bytes per element.
+// Bytes per element of a plain dtype (block bytes for quantised ones: use dtype_bytes).
 int dtype_size(DType dtype);
+bool is_quantized(DType dtype);
+int64_t dtype_block_size(DType dtype);   // elements per block (1 for plain dtypes)
+int64_t dtype_block_bytes(DType dtype);  // bytes per block
+// Bytes of `elements` consecutive elements (whole blocks for quantised dtypes).
+int64_t dtype_bytes(DType dtype, int64_t elements);
 const char* dtype_name(DType dtype);
 bool is_float(DType dtype);    // f32, f16, bf16
 bool is_integer(DType dtype);  // i32, i64

@@ -49,6 +49,7 @@ Tensor Graph::input(std::string_view name, const Shape& shape, DType dtype) {
   if (name.empty()) fail("input", "empty name");
   if (find_input(name) >= 0) fail("input", "duplicate input name '" + std::string(name) + "'");
   check_shape("input", shape);
+  if (is_quantized(dtype)) fail("input", "inputs cannot be quantised");
   Node node;
   node.kind = OpKind::Input;
   node.dtype = dtype;
@@ -61,7 +62,10 @@ Tensor Graph::input(std::string_view name, const Shape& shape, DType dtype) {
 
 Tensor Graph::add_constant(const Shape& shape, DType dtype, ConstantData data) {
   check_shape("constant", shape);
-  if (data.size_bytes != shape_volume(shape) * dtype_size(dtype))
+  if (is_quantized(dtype) && (shape.empty() || shape.back() % dtype_block_size(dtype) != 0))
+    fail("constant", absl::StrCat(dtype_name(dtype), " rows must be whole blocks of ", dtype_block_size(dtype),
+                                  ", shape ", shape_string(shape)));
+  if (data.size_bytes != dtype_bytes(dtype, shape_volume(shape)))
     fail("constant", absl::StrCat("got ", data.size_bytes, " bytes for shape ", shape_string(shape),
                                   " of ", dtype_name(dtype)));
   Node node;
@@ -95,7 +99,7 @@ Tensor Graph::constant(const Shape& shape, DType dtype, std::span<const std::byt
 
 Tensor Graph::constant_external(const Shape& shape, DType dtype, const void* data,
                                 std::shared_ptr<const void> owner) {
-  ConstantData d{data, shape_volume(shape) * dtype_size(dtype), std::move(owner)};
+  ConstantData d{data, dtype_bytes(dtype, shape_volume(shape)), std::move(owner)};
   return add_constant(shape, dtype, std::move(d));
 }
 
@@ -112,6 +116,7 @@ Tensor Graph::scalar(float value, DType dtype) {
     case DType::I32: { int32_t v = static_cast<int32_t>(value); std::memcpy(bytes, &v, 4); break; }
     case DType::I64: { int64_t v = static_cast<int64_t>(value); std::memcpy(bytes, &v, 8); break; }
     case DType::Bool: bytes[0] = std::byte{value != 0}; break;
+    default: fail("constant", "a scalar cannot be quantised");
   }
   return constant(Shape{}, dtype, std::span<const std::byte>(bytes, static_cast<size_t>(dtype_size(dtype))));
 }
@@ -134,6 +139,10 @@ Tensor Graph::add_node(OpKind kind, std::span<const Tensor> inputs, Attrs attrs)
     if (t.graph != this) fail(def.name, "input tensor belongs to another graph (or is empty)");
     node.inputs.push_back(t.id);
   }
+  // Quantised weights feed only the ops whose kernels dequantise them.
+  for (const Tensor& t : inputs)
+    if (is_quantized(t.dtype()) && kind != OpKind::Linear && kind != OpKind::Gather)
+      fail(def.name, absl::StrCat("does not accept quantised ", dtype_name(t.dtype()), " inputs"));
   def.infer(*this, node);
   check_shape(def.name, node.shape);
   return intern(std::move(node));

@@ -32,6 +32,7 @@ enum class OpKind : uint8_t {
   Reduce,
   Cumsum,
   Matmul,
+  Linear,
   Reshape,
   Permute,
   Slice,
@@ -75,7 +76,7 @@ struct Node {
 
   int rank() const { return static_cast<int>(shape.size()); }
   int64_t volume() const { return shape_volume(shape); }
-  int64_t size_bytes() const { return volume() * dtype_size(dtype); }
+  int64_t size_bytes() const { return dtype_bytes(dtype, volume()); }
 };
 
 class Graph;

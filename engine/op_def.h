@@ -32,7 +32,7 @@ const OpDef& op_def(OpKind kind);
 
 // The definition blocks, one per kind (engine/ops_*.cc).
 extern const OpDef kInputDef, kConstantDef, kUnaryDef, kBinaryDef, kWhereDef, kCastDef,
-    kReduceDef, kCumsumDef, kMatmulDef, kReshapeDef, kPermuteDef, kSliceDef, kPadDef, kConcatDef,
+    kReduceDef, kCumsumDef, kMatmulDef, kLinearDef, kReshapeDef, kPermuteDef, kSliceDef, kPadDef, kConcatDef,
     kRepeatDef, kFlipDef, kExpandDef, kGatherDef, kTriangleDef, kArangeDef, kRandDef, kSoftmaxDef,
     kRmsNormDef, kLayerNormDef, kGroupNormDef, kRopeDef, kConv2dDef, kPool2dDef, kUpsampleDef,
     kAttentionDef;

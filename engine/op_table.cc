@@ -18,6 +18,7 @@ const OpDef& op_def(OpKind kind) {
     case OpKind::Reduce: return kReduceDef;
     case OpKind::Cumsum: return kCumsumDef;
     case OpKind::Matmul: return kMatmulDef;
+    case OpKind::Linear: return kLinearDef;
     case OpKind::Reshape: return kReshapeDef;
     case OpKind::Permute: return kPermuteDef;
     case OpKind::Slice: return kSliceDef;

@@ -82,8 +82,11 @@ Tensor cumsum(Tensor x, int64_t axis);
 
 // [..., M, K] x [..., K, N] -> [..., M, N]; batch dims broadcast; rank >= 2 each.
 Tensor matmul(Tensor a, Tensor b);
+// x [..., K] times the transpose of weight [N, K] -> [..., N]. The weight may be float (same
+// dtype as x) or block-quantised (rows of K elements, whole blocks), dequantised in the kernel.
+Tensor linear(Tensor x, Tensor weight);
 
-// Movement: every dtype, values copied bit-exactly. reshape keeps the row-major order and
+// Movement: plain dtypes, values copied bit-exactly. reshape keeps the row-major order and
 // accepts one -1 entry; permute's output dim i is input dim perm[i].
 Tensor reshape(Tensor x, const Shape& shape);
 Tensor permute(Tensor x, std::vector<int64_t> perm);

@@ -39,7 +39,10 @@ SliceAxis slice_axis(const Node& node, int d) {
   return {v[3 * d], v[3 * d + 1], v[3 * d + 2]};
 }
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }  // a >= 0, b > 0
+// a >= 0, b > 0.
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
 // ---- concat helper -------------------------------------------------------------------------
 // Offset of input i along the concat axis.
@@ -66,8 +69,8 @@ const OpDef kPermuteDef{
           node.shape.resize(perm.size());
           for (size_t i = 0; i < perm.size(); ++i) {
             if (perm[i] < 0 || perm[i] >= x.rank())
-              fail("permute", absl::StrCat("perm entry ", perm[i], " out of range for rank ",
-                                           x.rank()));
+              fail("permute",
+                   absl::StrCat("perm entry ", perm[i], " out of range for rank ", x.rank()));
             if (seen[perm[i]]) fail("permute", absl::StrCat("perm repeats axis ", perm[i]));
             seen[perm[i]] = true;
             node.shape[i] = x.shape[perm[i]];
@@ -148,7 +151,8 @@ const OpDef kSliceDef{
           }
           for (int d = 0; d < node.rank(); ++d) {
             const SliceAxis s = slice_axis(node, d);
-            b[d] = Interval(s.start + out.begin(d) * s.step, s.start + (out.end(d) - 1) * s.step + 1);
+            b[d] =
+                Interval(s.start + out.begin(d) * s.step, s.start + (out.end(d) - 1) * s.step + 1);
           }
           inputs[0] = b;
         },
@@ -313,8 +317,8 @@ Tensor stack(std::span<const Tensor> xs, int64_t axis) {
   for (const Tensor& x : xs) {
     if (x.graph != xs[0].graph) fail("stack", "inputs belong to different graphs");
     if (x.shape() != shape)
-      fail("stack", absl::StrCat("shape mismatch: ", shape_string(shape), " vs ",
-                                 shape_string(x.shape())));
+      fail("stack",
+           absl::StrCat("shape mismatch: ", shape_string(shape), " vs ", shape_string(x.shape())));
     parts.push_back(reshape(x, with_axis));
   }
   return concat(parts, a);
@@ -384,8 +388,8 @@ const OpDef kRepeatDef{
             for (int d = 0; d < node.rank(); ++d) {
               const int64_t n = in_shape[d], a = out.begin(d), e = out.end(d) - 1;
               // Within one tile the interval maps back as is; across a tile boundary it wraps.
-              b[d] = (e - a + 1 >= n || a / n != e / n) ? Interval(0, n)
-                                                         : Interval(a % n, e % n + 1);
+              b[d] =
+                  (e - a + 1 >= n || a / n != e / n) ? Interval(0, n) : Interval(a % n, e % n + 1);
             }
           }
           inputs[0] = b;
@@ -398,7 +402,9 @@ Tensor repeat(Tensor x, std::vector<int64_t> repeats) {
 
 // ---- flip: ints = axes to reverse (normalised, sorted, unique); out[i] = in[dim - 1 - i] on
 // those axes.
-static Interval flip_interval(const Interval& v, int64_t n) { return Interval(n - v.end, n - v.begin); }
+static Interval flip_interval(const Interval& v, int64_t n) {
+  return Interval(n - v.end, n - v.begin);
+}
 
 const OpDef kFlipDef{
     .name = "flip",
@@ -411,8 +417,7 @@ const OpDef kFlipDef{
           for (size_t i = 0; i < axes.size(); ++i) {
             if (axes[i] < 0 || axes[i] >= x.rank())
               fail("flip", absl::StrCat("axis ", axes[i], " out of range for rank ", x.rank()));
-            if (i > 0 && axes[i] <= axes[i - 1])
-              fail("flip", "axes must be sorted and unique");
+            if (i > 0 && axes[i] <= axes[i - 1]) fail("flip", "axes must be sorted and unique");
           }
           node.shape = x.shape;
           node.dtype = x.dtype;
@@ -437,8 +442,7 @@ Tensor flip(Tensor x, std::vector<int64_t> axes) {
   const int rank = graph_of("flip", x).node(x.id).rank();
   for (int64_t& a : axes) a = normalize_axis("flip", a, rank);
   std::sort(axes.begin(), axes.end());
-  if (std::adjacent_find(axes.begin(), axes.end()) != axes.end())
-    fail("flip", "axis listed twice");
+  if (std::adjacent_find(axes.begin(), axes.end()) != axes.end()) fail("flip", "axis listed twice");
   return add_movement(OpKind::Flip, "flip", x, Attrs{.ints = {axes.begin(), axes.end()}});
 }
 

@@ -1,6 +1,7 @@
 // Normalisations with their own exact rules: rms_norm, layer_norm (over the last axis) and
 // group_norm (over groups of channels and all spatial positions).
 #include <cmath>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "engine/op_def.h"

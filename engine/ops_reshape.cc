@@ -23,7 +23,7 @@ Graph& graph_of(std::string_view op, Tensor x) {
 
 // More runs than this in one box: map the single linear range covering them instead.
 constexpr int64_t kMaxRuns = 64;
-// More output boxes than this from one box: replace the most fragmented parts by their hulls.
+// More pieces than this within a group, or in the product over groups: cover them coarser.
 constexpr int64_t kMaxBoxes = 64;
 
 using Extents = std::span<const int64_t>;
@@ -129,21 +129,25 @@ struct ReshapeGroup {
   int from_begin, from_end, to_begin, to_end;
 };
 
-absl::InlinedVector<ReshapeGroup, 2 * kMaxRank> reshape_groups(const Shape& from,
-                                                               const Shape& to) {
+absl::InlinedVector<ReshapeGroup, 2 * kMaxRank> reshape_groups(const Shape& from, const Shape& to) {
   absl::InlinedVector<ReshapeGroup, 2 * kMaxRank> groups;
   const int from_rank = static_cast<int>(from.size()), to_rank = static_cast<int>(to.size());
   int i = 0, j = 0;
   while (i < from_rank || j < to_rank) {
     ReshapeGroup g{i, i, j, j};
     int64_t from_volume = 1, to_volume = 1;
-    if (i < from_rank) from_volume *= from[i++];
-    else to_volume *= to[j++];
+    if (i < from_rank)
+      from_volume *= from[i++];
+    else
+      to_volume *= to[j++];
     while (from_volume != to_volume) {
       // Equal total volumes (checked by infer) keep both indices in range here.
-      if (from_volume < to_volume && i < from_rank) from_volume *= from[i++];
-      else if (from_volume > to_volume && j < to_rank) to_volume *= to[j++];
-      else break;
+      if (from_volume < to_volume && i < from_rank)
+        from_volume *= from[i++];
+      else if (from_volume > to_volume && j < to_rank)
+        to_volume *= to[j++];
+      else
+        break;
     }
     g.from_end = i;
     g.to_end = j;
@@ -163,10 +167,10 @@ void reshape_map(const Shape& from, const Shape& to, const Box& box, Boxes& out)
     const ReshapeGroup& group = groups[g];
     Box sub = Box::of_rank(group.from_end - group.from_begin);
     for (int d = 0; d < sub.rank(); ++d) sub[d] = box[group.from_begin + d];
-    map_linear(Extents(from.data() + group.from_begin, static_cast<size_t>(sub.rank())),
-               Extents(to.data() + group.to_begin,
-                       static_cast<size_t>(group.to_end - group.to_begin)),
-               sub, pieces[g]);
+    map_linear(
+        Extents(from.data() + group.from_begin, static_cast<size_t>(sub.rank())),
+        Extents(to.data() + group.to_begin, static_cast<size_t>(group.to_end - group.to_begin)),
+        sub, pieces[g]);
     if (pieces[g].empty()) return;  // cannot happen for a non-empty box
   }
   auto product = [&] {
@@ -175,8 +179,9 @@ void reshape_map(const Shape& from, const Shape& to, const Box& box, Boxes& out)
     return n;
   };
   while (product() > kMaxBoxes) {
-    auto most = std::max_element(pieces.begin(), pieces.end(),
-                                 [](const Boxes& a, const Boxes& b) { return a.size() < b.size(); });
+    auto most = std::max_element(pieces.begin(), pieces.end(), [](const Boxes& a, const Boxes& b) {
+      return a.size() < b.size();
+    });
     Box hull = Box::of_rank(most->front().rank());
     for (const Box& b : *most) hull = hull.hull(b);
     most->assign(1, hull);
@@ -201,6 +206,8 @@ void reshape_map(const Shape& from, const Shape& to, const Box& box, Boxes& out)
 }  // namespace
 
 // ---- reshape: ints = target shape (no -1: the builder resolves it) -------------------------
+// Same volume, same dtype. forward: the dirty box's linear runs as output boxes (exact unless
+// fragmented, see reshape_map); needed: the hull of the mapped pieces, one input box.
 const OpDef kReshapeDef{
     .name = "reshape",
     .min_inputs = 1,
@@ -214,9 +221,9 @@ const OpDef kReshapeDef{
           for (int64_t d : shape)
             if (d < 0) fail("reshape", absl::StrCat("negative dimension in ", shape_string(shape)));
           if (shape_volume(shape) != x.volume())
-            fail("reshape", absl::StrCat("volume mismatch: ", shape_string(x.shape), " (",
-                                         x.volume(), ") to ", shape_string(shape), " (",
-                                         shape_volume(shape), ")"));
+            fail("reshape",
+                 absl::StrCat("volume mismatch: ", shape_string(x.shape), " (", x.volume(), ") to ",
+                              shape_string(shape), " (", shape_volume(shape), ")"));
           node.shape = shape;
           node.dtype = x.dtype;
         },
@@ -255,8 +262,8 @@ Tensor reshape(Tensor x, const Shape& shape) {
   }
   if (infer_at >= 0) {
     if (known == 0 || volume % known != 0)
-      fail("reshape", absl::StrCat("cannot infer -1 in ", shape_string(shape), " for volume ",
-                                   volume));
+      fail("reshape",
+           absl::StrCat("cannot infer -1 in ", shape_string(shape), " for volume ", volume));
     resolved[infer_at] = volume / known;
   }
   Tensor in[] = {x};

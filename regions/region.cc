@@ -51,6 +51,7 @@ bool Region::contains(const Box& box) const {
   if (box.empty()) return true;
   Boxes rest{box};
   for (const Box& b : boxes_) {
+    if (!b.intersects(box)) continue;
     Boxes next;
     for (const Box& r : rest) subtract_box(r, b, next);
     rest.swap(next);
@@ -77,26 +78,40 @@ void Region::add(const Box& box_ref) {
   if (boxes_.empty()) rank_ = box.rank();
   // Drop the boxes the new one covers, so that a covering write collapses fragments into one
   // box (otherwise a fully covered box would leave the fragments untouched).
-  boxes_.erase(std::remove_if(boxes_.begin(), boxes_.end(),
-                              [&](const Box& b) { return box.contains(b); }),
-               boxes_.end());
+  boxes_.erase(
+      std::remove_if(boxes_.begin(), boxes_.end(), [&](const Box& b) { return box.contains(b); }),
+      boxes_.end());
   Boxes pieces{box};
   for (const Box& b : boxes_) {
+    if (!b.intersects(box)) continue;
     Boxes next;
     for (const Box& p : pieces) subtract_box(p, b, next);
     pieces.swap(next);
     if (pieces.empty()) return;
   }
+  const size_t settled = boxes_.size();
   for (const Box& p : pieces) boxes_.push_back(p);
-  canonicalize();
+  canonicalize(settled);
 }
 
-void Region::remove(const Box& box) {
-  if (box.empty() || boxes_.empty()) return;
-  Boxes next;
-  for (const Box& b : boxes_) subtract_box(b, box, next);
-  boxes_.swap(next);
-  canonicalize();
+void Region::remove(const Box& box_ref) {
+  if (box_ref.empty() || boxes_.empty()) return;
+  const Box box = box_ref;  // box_ref may alias one of boxes_, which is compacted below
+  // Untouched boxes keep their order and stay canonical among themselves; only the fragments
+  // of the boxes that `box` cuts need merging.
+  Boxes fragments;
+  size_t kept = 0;
+  for (size_t i = 0; i < boxes_.size(); ++i) {
+    if (boxes_[i].intersects(box)) {
+      subtract_box(boxes_[i], box, fragments);
+    } else {
+      boxes_[kept++] = boxes_[i];
+    }
+  }
+  if (kept == boxes_.size()) return;  // nothing removed
+  boxes_.resize(kept);
+  for (const Box& f : fragments) boxes_.push_back(f);
+  canonicalize(kept);
 }
 
 void Region::add(const Region& other) {
@@ -130,7 +145,7 @@ Region Region::intersect(const Box& box) const {
     Box i = b.intersect(box);
     if (!i.empty()) r.boxes_.push_back(i);
   }
-  r.canonicalize();
+  r.canonicalize(0);
   return r;
 }
 
@@ -139,9 +154,10 @@ Region Region::intersect(const Region& other) const {
   for (const Box& a : boxes_)
     for (const Box& b : other.boxes_) {
       Box i = a.intersect(b);
-      if (!i.empty()) r.boxes_.push_back(i);  // pairwise intersections of disjoint sets are disjoint
+      if (!i.empty())
+        r.boxes_.push_back(i);  // pairwise intersections of disjoint sets are disjoint
     }
-  r.canonicalize();
+  r.canonicalize(0);
   return r;
 }
 
@@ -186,30 +202,40 @@ static bool try_merge(Box& a, const Box& b) {
   return false;
 }
 
-void Region::canonicalize() {
-  boxes_.erase(std::remove_if(boxes_.begin(), boxes_.end(), [](const Box& b) { return b.empty(); }),
+void Region::canonicalize(size_t settled) {
+  boxes_.erase(std::remove_if(boxes_.begin() + static_cast<std::ptrdiff_t>(settled), boxes_.end(),
+                              [](const Box& b) { return b.empty(); }),
                boxes_.end());
-  bool merged = true;
-  while (merged && boxes_.size() > 1) {
-    merged = false;
-    for (size_t i = 0; i < boxes_.size() && !merged; ++i)
-      for (size_t j = i + 1; j < boxes_.size(); ++j)
-        if (try_merge(boxes_[i], boxes_[j])) {
-          boxes_.erase(boxes_.begin() + static_cast<std::ptrdiff_t>(j));
-          merged = true;
-          break;
-        }
+  // Settle the other boxes one at a time: grow each by absorbing partners until none fits.
+  // Settled boxes are never grown, so an add scans the boxes once per merge, not all pairs.
+  while (settled < boxes_.size()) {
+    Box fresh = boxes_.back();
+    boxes_.pop_back();
+    for (size_t k = 0; k < boxes_.size();) {
+      if (!try_merge(fresh, boxes_[k])) {
+        ++k;
+        continue;
+      }
+      boxes_.erase(boxes_.begin() + static_cast<std::ptrdiff_t>(k));
+      if (k < settled) --settled;
+      k = 0;  // the grown box may now merge with a box already passed
+    }
+    // The settled prefix stays sorted, so the result needs no final sort.
+    const auto end = boxes_.begin() + static_cast<std::ptrdiff_t>(settled);
+    boxes_.insert(std::upper_bound(boxes_.begin(), end, fresh), fresh);
+    ++settled;
   }
-  std::sort(boxes_.begin(), boxes_.end());
 }
 
 std::string Region::to_string() const {
   std::string s = "{";
-  for (size_t i = 0; i < boxes_.size(); ++i) absl::StrAppend(&s, i ? " " : "", boxes_[i].to_string());
+  for (size_t i = 0; i < boxes_.size(); ++i)
+    absl::StrAppend(&s, i ? " " : "", boxes_[i].to_string());
   return s + "}";
 }
 
 bool operator==(const Region& a, const Region& b) {
+  if (a.boxes_ == b.boxes_) return true;  // the common case; the form is not unique, though
   return a.volume() == b.volume() && a.contains(b);
 }
 

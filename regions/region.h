@@ -44,7 +44,7 @@ class Region {
 
   // In place union; boxes covered by `box` are replaced by it. `box` may alias boxes().
   void add(const Box& box);
-  void remove(const Box& box);  // in place difference; `box` may alias boxes()
+  void remove(const Box& box);       // in place difference; `box` may alias boxes()
   void add(const Region& other);     // other may be *this
   void remove(const Region& other);  // other may be *this (the region becomes empty)
   void clear() { boxes_.clear(); }
@@ -57,7 +57,9 @@ class Region {
   friend bool operator==(const Region& a, const Region& b);  // same element set
 
  private:
-  void canonicalize();
+  // Restores the canonical form, given that boxes_[0, settled) already are in it among
+  // themselves (sorted, non-empty, no two mergeable) and all boxes are disjoint.
+  void canonicalize(size_t settled);
   int rank_ = 0;
   Boxes boxes_;
 };

@@ -20,6 +20,7 @@ inline double load(const TensorView& v, const int64_t* index) {
     case DType::I32: return static_cast<const int32_t*>(v.data)[o];
     case DType::I64: return static_cast<double>(static_cast<const int64_t*>(v.data)[o]);
     case DType::Bool: return static_cast<const uint8_t*>(v.data)[o] ? 1.0 : 0.0;
+    default: break;  // quantised dtypes are read block-wise by linear and gather
   }
   return 0;
 }
@@ -42,6 +43,7 @@ inline void store(const TensorView& v, const int64_t* index, double x) {
     case DType::I32: static_cast<int32_t*>(v.data)[o] = to_integer<int32_t>(x); break;
     case DType::I64: static_cast<int64_t*>(v.data)[o] = to_integer<int64_t>(x); break;
     case DType::Bool: static_cast<uint8_t*>(v.data)[o] = x != 0 ? 1 : 0; break;
+    default: break;
   }
 }
 

@@ -76,8 +76,10 @@ absl::Status pad(const KernelArgs& args) {
       in_index[d] = i[d] - amounts[d];
       inside = inside && in_index[d] >= 0 && in_index[d] < in_shape[d];
     }
-    if (inside) copy_element(args.out, i, args.inputs[0], in_index);
-    else store(args.out, i, value);
+    if (inside)
+      copy_element(args.out, i, args.inputs[0], in_index);
+    else
+      store(args.out, i, value);
   });
   return absl::OkStatus();
 }

@@ -10,6 +10,7 @@ absl::Status cast(const KernelArgs&);
 absl::Status reduce(const KernelArgs&);
 absl::Status cumsum(const KernelArgs&);
 absl::Status matmul(const KernelArgs&);
+absl::Status linear(const KernelArgs&);
 absl::Status reshape(const KernelArgs&);
 absl::Status permute(const KernelArgs&);
 absl::Status slice(const KernelArgs&);
@@ -43,6 +44,7 @@ KernelFn reference_kernel(OpKind kind) {
     case OpKind::Reduce: return reduce;
     case OpKind::Cumsum: return cumsum;
     case OpKind::Matmul: return matmul;
+    case OpKind::Linear: return linear;
     case OpKind::Reshape: return reshape;
     case OpKind::Permute: return permute;
     case OpKind::Slice: return slice;

@@ -100,7 +100,9 @@ TEST_CASE("loaders: ggml block geometry and row sizes") {
   CHECK(ggml_type_traits(12) != nullptr);
   CHECK(std::string(ggml_type_name(GgmlType::Q4_K)) == "q4_K");
   CHECK(ggml_type_dtype(GgmlType::BF16) == DType::BF16);
-  CHECK_FALSE(ggml_type_dtype(GgmlType::Q8_0).has_value());
+  CHECK(ggml_type_dtype(GgmlType::Q8_0) == DType::Q8_0);
+  CHECK(ggml_type_dtype(GgmlType::Q6_K) == DType::Q6_K);
+  CHECK_FALSE(ggml_type_dtype(GgmlType::Q2_K).has_value());
   CHECK(ggml_can_dequantize(GgmlType::Q6_K));
   CHECK_FALSE(ggml_can_dequantize(GgmlType::Q2_K));
 }

@@ -30,13 +30,16 @@ Values evaluate(const Graph& g, Tensor out, const std::vector<Values>& in_values
     inputs.push_back(testing::make_buffer(n));
     TensorView v = dense_view(inputs.back().data(), n.dtype, Box::full(n.shape));
     size_t k = 0;
-    ref::for_each_index(Box::full(n.shape), [&](const int64_t* idx) { ref::store(v, idx, in_values[i][k++]); });
+    ref::for_each_index(Box::full(n.shape),
+                        [&](const int64_t* idx) { ref::store(v, idx, in_values[i][k++]); });
   }
   std::vector<testing::Buffer> values = testing::evaluate_full(g, inputs);
   const Node& n = out.node();
-  TensorView v = dense_view(values[static_cast<size_t>(out.id)].data(), n.dtype, Box::full(n.shape));
+  TensorView v =
+      dense_view(values[static_cast<size_t>(out.id)].data(), n.dtype, Box::full(n.shape));
   Values result;
-  ref::for_each_index(Box::full(n.shape), [&](const int64_t* idx) { result.push_back(ref::load(v, idx)); });
+  ref::for_each_index(Box::full(n.shape),
+                      [&](const int64_t* idx) { result.push_back(ref::load(v, idx)); });
   return result;
 }
 
@@ -64,15 +67,24 @@ OpCase reshape_case(Shape from, Shape to, DType dtype = DType::F32) {
 TEST_CASE("ops: reshape rules split and merge dims") {
   uint64_t seed = 1;
   for (const OpCase& c : {
-           reshape_case({6, 12}, {6, 3, 4}), reshape_case({6, 3, 4}, {6, 12}),
-           reshape_case({4, 6}, {6, 4}), reshape_case({2, 3, 4}, {24}),
-           reshape_case({24}, {2, 3, 4}), reshape_case({2, 3, 4}, {4, 3, 2}),
-           reshape_case({5, 1, 6}, {5, 6}), reshape_case({5, 6}, {1, 5, 6, 1}),
-           reshape_case({3, 4, 5}, {3, -1}), reshape_case({2, 6, 5}, {4, 3, 5}),
-           reshape_case({2, 3, 4, 5}, {6, 20}), reshape_case({7, 5}, {35}),
-           reshape_case({1}, {}), reshape_case({}, {1, 1}),
-           reshape_case({3, 10}, {5, 6}, DType::I64), reshape_case({3, 10}, {5, 2, 3}, DType::Bool),
-           reshape_case({4, 9}, {6, 6}, DType::F16), reshape_case({4, 9}, {2, 18}, DType::BF16),
+           reshape_case({6, 12}, {6, 3, 4}),
+           reshape_case({6, 3, 4}, {6, 12}),
+           reshape_case({4, 6}, {6, 4}),
+           reshape_case({2, 3, 4}, {24}),
+           reshape_case({24}, {2, 3, 4}),
+           reshape_case({2, 3, 4}, {4, 3, 2}),
+           reshape_case({5, 1, 6}, {5, 6}),
+           reshape_case({5, 6}, {1, 5, 6, 1}),
+           reshape_case({3, 4, 5}, {3, -1}),
+           reshape_case({2, 6, 5}, {4, 3, 5}),
+           reshape_case({2, 3, 4, 5}, {6, 20}),
+           reshape_case({7, 5}, {35}),
+           reshape_case({1}, {}),
+           reshape_case({}, {1, 1}),
+           reshape_case({3, 10}, {5, 6}, DType::I64),
+           reshape_case({3, 10}, {5, 2, 3}, DType::Bool),
+           reshape_case({4, 9}, {6, 6}, DType::F16),
+           reshape_case({4, 9}, {2, 18}, DType::BF16),
        })
     check_rules(c, seed++);
 }
@@ -133,6 +145,13 @@ TEST_CASE("ops: reshape of fragmented boxes is exact or a sound superset") {
   Region wide = forward_of(reshape(tall, {400}), 0, Box{{0, 200}, {0, 1}});
   CHECK(wide == Region(Box{{0, 399}}));
 
+  // 60 runs that straddle output rows make more than 64 pieces: the covering range again.
+  Tensor straddle = g.input("straddle", {60, 16}, DType::F32);
+  Region covered = forward_of(reshape(straddle, {40, 24}), 0, Box{{0, 60}, {1, 15}});
+  CHECK(covered.volume() == 958);  // linear [1, 959)
+  CHECK(covered.contains(Box{{0, 1}, {1, 24}}));
+  check_rules(reshape_case({60, 16}, {40, 24}), 9, 10);
+
   // A partial range over three dims splits into head, middle and tail boxes.
   Tensor c = g.input("c", {60}, DType::F32);
   Region pieces = forward_of(reshape(c, {3, 4, 5}), 0, Box{{7, 53}});
@@ -147,8 +166,10 @@ TEST_CASE("ops: reshape rules on random shape pairs are sound and exact") {
   auto random_shape = [&](const std::vector<int64_t>& factors) {
     Shape shape;
     for (int64_t f : factors) {
-      if (shape.empty() || rng() % 2 == 0) shape.push_back(f);
-      else shape.back() *= f;
+      if (shape.empty() || rng() % 2 == 0)
+        shape.push_back(f);
+      else
+        shape.back() *= f;
     }
     return shape;
   };
@@ -182,7 +203,8 @@ TEST_CASE("ops: reshape rules on random shape pairs are sound and exact") {
         for (size_t d = 0; d < to.size(); ++d) linear += i[d] * to_strides[d];
         Box point = Box::of_rank(static_cast<int>(from.size()));
         for (size_t d = 0; d < from.size(); ++d)
-          point[static_cast<int>(d)] = Interval(linear / from_strides[d] % from[d], linear / from_strides[d] % from[d] + 1);
+          point[static_cast<int>(d)] =
+              Interval(linear / from_strides[d] % from[d], linear / from_strides[d] % from[d] + 1);
         hull = hull.hull(point);
       });
       if (!out_box.empty()) CHECK(needed_of(y, out_box)[0] == hull);
@@ -192,14 +214,18 @@ TEST_CASE("ops: reshape rules on random shape pairs are sound and exact") {
 
 TEST_CASE("ops: permute and transpose rules and kernels") {
   check_rules(OpCase{"permute rank 4", [](Graph& g) {
-    return permute(g.input("x", {2, 3, 4, 5}, DType::F32), {2, 0, 3, 1});
-  }});
-  check_rules(OpCase{"permute negative", [](Graph& g) {
-    return permute(g.input("x", {3, 2, 4}, DType::I64), {-1, 0, 1});
-  }}, 2);
-  check_rules(OpCase{"transpose", [](Graph& g) {
-    return transpose(g.input("x", {3, 4, 5}, DType::BF16), 0, -1);
-  }}, 3);
+                       return permute(g.input("x", {2, 3, 4, 5}, DType::F32), {2, 0, 3, 1});
+                     }});
+  check_rules(OpCase{"permute negative",
+                     [](Graph& g) {
+                       return permute(g.input("x", {3, 2, 4}, DType::I64), {-1, 0, 1});
+                     }},
+              2);
+  check_rules(OpCase{"transpose",
+                     [](Graph& g) {
+                       return transpose(g.input("x", {3, 4, 5}, DType::BF16), 0, -1);
+                     }},
+              3);
 
   Graph g;
   Tensor x = g.input("x", {2, 3}, DType::F32);
@@ -213,22 +239,30 @@ TEST_CASE("ops: permute and transpose rules and kernels") {
 
 TEST_CASE("ops: slice with steps rules and kernels") {
   check_rules(OpCase{"slice step 2", [](Graph& g) {
-    return slice(g.input("x", {10, 7}, DType::F32), 0, 1, 9, 2);
-  }});
-  check_rules(OpCase{"slice step 3", [](Graph& g) {
-    return slice(g.input("x", {10, 7}, DType::I32), 1, 0, 7, 3);
-  }}, 2);
-  check_rules(OpCase{"slice clamped", [](Graph& g) {
-    return slice(g.input("x", {4, 9}, DType::F16), -1, 2, 100);
-  }}, 3);
-  check_rules(OpCase{"slice two axes", [](Graph& g) {
-    Tensor x = g.input("x", {11, 8}, DType::F32);
-    Tensor in[] = {x};
-    return g.add_node(OpKind::Slice, in, Attrs{.ints = {1, 11, 3, 2, 7, 2}});
-  }}, 4);
-  check_rules(OpCase{"slice empty", [](Graph& g) {
-    return slice(g.input("x", {5, 3}, DType::F32), 0, 4, 2);
-  }}, 5);
+                       return slice(g.input("x", {10, 7}, DType::F32), 0, 1, 9, 2);
+                     }});
+  check_rules(OpCase{"slice step 3",
+                     [](Graph& g) {
+                       return slice(g.input("x", {10, 7}, DType::I32), 1, 0, 7, 3);
+                     }},
+              2);
+  check_rules(OpCase{"slice clamped",
+                     [](Graph& g) {
+                       return slice(g.input("x", {4, 9}, DType::F16), -1, 2, 100);
+                     }},
+              3);
+  check_rules(OpCase{"slice two axes",
+                     [](Graph& g) {
+                       Tensor x = g.input("x", {11, 8}, DType::F32);
+                       Tensor in[] = {x};
+                       return g.add_node(OpKind::Slice, in, Attrs{.ints = {1, 11, 3, 2, 7, 2}});
+                     }},
+              4);
+  check_rules(OpCase{"slice empty",
+                     [](Graph& g) {
+                       return slice(g.input("x", {5, 3}, DType::F32), 0, 4, 2);
+                     }},
+              5);
 
   Graph g;
   Tensor x = g.input("x", {10}, DType::F32);
@@ -244,11 +278,13 @@ TEST_CASE("ops: slice with steps rules and kernels") {
 
 TEST_CASE("ops: pad at both ends rules and kernels") {
   check_rules(OpCase{"pad 2d", [](Graph& g) {
-    return pad(g.input("x", {3, 4}, DType::F32), {1, 2}, {2, 0}, 1.5f);
-  }});
-  check_rules(OpCase{"pad i32", [](Graph& g) {
-    return pad(g.input("x", {2, 3, 2}, DType::I32), {0, 1, 3}, {1, 1, 0}, -7.f);
-  }}, 2);
+                       return pad(g.input("x", {3, 4}, DType::F32), {1, 2}, {2, 0}, 1.5f);
+                     }});
+  check_rules(OpCase{"pad i32",
+                     [](Graph& g) {
+                       return pad(g.input("x", {2, 3, 2}, DType::I32), {0, 1, 3}, {1, 1, 0}, -7.f);
+                     }},
+              2);
 
   Graph g;
   Tensor x = g.input("x", {3}, DType::F32);
@@ -264,19 +300,25 @@ TEST_CASE("ops: pad at both ends rules and kernels") {
 
 TEST_CASE("ops: concat rules and kernels") {
   check_rules(OpCase{"concat 3 on middle axis", [](Graph& g) {
-    Tensor xs[] = {g.input("a", {2, 1, 3}, DType::F32), g.input("b", {2, 4, 3}, DType::F32),
-                   g.input("c", {2, 2, 3}, DType::F32)};
-    return concat(xs, 1);
-  }});
-  check_rules(OpCase{"concat last axis", [](Graph& g) {
-    Tensor xs[] = {g.input("a", {3, 2}, DType::Bool), g.input("b", {3, 5}, DType::Bool)};
-    return concat(xs, -1);
-  }}, 2);
-  check_rules(OpCase{"concat same input twice", [](Graph& g) {
-    Tensor x = g.input("a", {2, 3}, DType::I64);
-    Tensor xs[] = {x, x};
-    return concat(xs, 0);
-  }}, 3);
+                       Tensor xs[] = {g.input("a", {2, 1, 3}, DType::F32),
+                                      g.input("b", {2, 4, 3}, DType::F32),
+                                      g.input("c", {2, 2, 3}, DType::F32)};
+                       return concat(xs, 1);
+                     }});
+  check_rules(
+      OpCase{"concat last axis",
+             [](Graph& g) {
+               Tensor xs[] = {g.input("a", {3, 2}, DType::Bool), g.input("b", {3, 5}, DType::Bool)};
+               return concat(xs, -1);
+             }},
+      2);
+  check_rules(OpCase{"concat same input twice",
+                     [](Graph& g) {
+                       Tensor x = g.input("a", {2, 3}, DType::I64);
+                       Tensor xs[] = {x, x};
+                       return concat(xs, 0);
+                     }},
+              3);
 
   Graph g;
   Tensor xs[] = {g.input("a", {2, 1, 3}, DType::F32), g.input("b", {2, 4, 3}, DType::F32),
@@ -324,17 +366,23 @@ TEST_CASE("ops: split and stack values") {
 
 TEST_CASE("ops: repeat rules and kernels") {
   check_rules(OpCase{"repeat two axes", [](Graph& g) {
-    return repeat(g.input("x", {3, 4}, DType::F32), {2, 3});
-  }});
-  check_rules(OpCase{"repeat rank 3", [](Graph& g) {
-    return repeat(g.input("x", {2, 3, 2}, DType::I32), {1, 2, 3});
-  }}, 2);
-  check_rules(OpCase{"repeat size-1 axis", [](Graph& g) {
-    return repeat(g.input("x", {1, 5}, DType::F16), {4, 1});
-  }}, 3);
-  check_rules(OpCase{"repeat past the box cap", [](Graph& g) {
-    return repeat(g.input("x", {2, 3}, DType::F32), {20, 10});
-  }}, 4, 10);
+                       return repeat(g.input("x", {3, 4}, DType::F32), {2, 3});
+                     }});
+  check_rules(OpCase{"repeat rank 3",
+                     [](Graph& g) {
+                       return repeat(g.input("x", {2, 3, 2}, DType::I32), {1, 2, 3});
+                     }},
+              2);
+  check_rules(OpCase{"repeat size-1 axis",
+                     [](Graph& g) {
+                       return repeat(g.input("x", {1, 5}, DType::F16), {4, 1});
+                     }},
+              3);
+  check_rules(OpCase{"repeat past the box cap",
+                     [](Graph& g) {
+                       return repeat(g.input("x", {2, 3}, DType::F32), {20, 10});
+                     }},
+              4, 10);
 
   Graph g;
   Tensor x = g.input("x", {3, 4}, DType::F32);
@@ -356,13 +404,20 @@ TEST_CASE("ops: repeat rules and kernels") {
 
 TEST_CASE("ops: flip rules and kernels") {
   check_rules(OpCase{"flip two axes", [](Graph& g) {
-    return flip(g.input("x", {3, 4, 5}, DType::F32), {2, 0});
-  }});
-  check_rules(OpCase{"flip last", [](Graph& g) { return flip(g.input("x", {6, 2}, DType::I64), {-1}); }}, 2);
-  check_rules(OpCase{"flip all of rank 4", [](Graph& g) {
-    return flip(g.input("x", {2, 3, 2, 3}, DType::BF16), {0, 1, 2, 3});
-  }}, 3);
-  check_rules(OpCase{"flip nothing", [](Graph& g) { return flip(g.input("x", {4}, DType::F32), {}); }}, 4);
+                       return flip(g.input("x", {3, 4, 5}, DType::F32), {2, 0});
+                     }});
+  check_rules(OpCase{"flip last",
+                     [](Graph& g) {
+                       return flip(g.input("x", {6, 2}, DType::I64), {-1});
+                     }},
+              2);
+  check_rules(OpCase{"flip all of rank 4",
+                     [](Graph& g) {
+                       return flip(g.input("x", {2, 3, 2, 3}, DType::BF16), {0, 1, 2, 3});
+                     }},
+              3);
+  check_rules(
+      OpCase{"flip nothing", [](Graph& g) { return flip(g.input("x", {4}, DType::F32), {}); }}, 4);
 
   Graph g;
   Tensor x = g.input("x", {2, 3}, DType::F32);
@@ -375,12 +430,16 @@ TEST_CASE("ops: flip rules and kernels") {
 
 TEST_CASE("ops: expand rules and kernels") {
   check_rules(OpCase{"expand leading dims", [](Graph& g) {
-    return expand(g.input("x", {3, 1}, DType::F32), {2, 3, 4});
-  }});
-  check_rules(OpCase{"expand scalar-like", [](Graph& g) { return expand(g.input("x", {1}, DType::I32), {5}); }}, 2);
-  check_rules(OpCase{"expand middle", [](Graph& g) {
-    return expand(g.input("x", {2, 1, 3}, DType::Bool), {4, 2, 5, 3});
-  }}, 3);
+                       return expand(g.input("x", {3, 1}, DType::F32), {2, 3, 4});
+                     }});
+  check_rules(OpCase{"expand scalar-like",
+                     [](Graph& g) { return expand(g.input("x", {1}, DType::I32), {5}); }},
+              2);
+  check_rules(OpCase{"expand middle",
+                     [](Graph& g) {
+                       return expand(g.input("x", {2, 1, 3}, DType::Bool), {4, 2, 5, 3});
+                     }},
+              3);
 
   Graph g;
   Tensor x = g.input("x", {3, 1}, DType::F32);
@@ -394,18 +453,47 @@ TEST_CASE("ops: movement kernels work for every dtype") {
   const DType dtypes[] = {DType::F32, DType::F16, DType::BF16, DType::I32, DType::I64, DType::Bool};
   uint64_t seed = 100;
   for (DType dt : dtypes) {
-    check_rules(OpCase{"reshape", [dt](Graph& g) { return reshape(g.input("x", {4, 6}, dt), {3, 8}); }}, seed++, 8);
-    check_rules(OpCase{"permute", [dt](Graph& g) { return permute(g.input("x", {3, 4}, dt), {1, 0}); }}, seed++, 8);
-    check_rules(OpCase{"slice", [dt](Graph& g) { return slice(g.input("x", {7, 3}, dt), 0, 1, 7, 2); }}, seed++, 8);
-    check_rules(OpCase{"pad", [dt](Graph& g) { return pad(g.input("x", {3, 3}, dt), {1, 0}, {0, 2}, 1.f); }},
+    check_rules(OpCase{"reshape",
+                       [dt](Graph& g) {
+                         return reshape(g.input("x", {4, 6}, dt), {3, 8});
+                       }},
                 seed++, 8);
-    check_rules(OpCase{"concat", [dt](Graph& g) {
-      Tensor xs[] = {g.input("a", {2, 3}, dt), g.input("b", {1, 3}, dt)};
-      return concat(xs, 0);
-    }}, seed++, 8);
-    check_rules(OpCase{"repeat", [dt](Graph& g) { return repeat(g.input("x", {2, 3}, dt), {2, 2}); }}, seed++, 8);
-    check_rules(OpCase{"flip", [dt](Graph& g) { return flip(g.input("x", {3, 4}, dt), {0, 1}); }}, seed++, 8);
-    check_rules(OpCase{"expand", [dt](Graph& g) { return expand(g.input("x", {3, 1}, dt), {2, 3, 2}); }}, seed++, 8);
+    check_rules(OpCase{"permute",
+                       [dt](Graph& g) {
+                         return permute(g.input("x", {3, 4}, dt), {1, 0});
+                       }},
+                seed++, 8);
+    check_rules(OpCase{"slice",
+                       [dt](Graph& g) {
+                         return slice(g.input("x", {7, 3}, dt), 0, 1, 7, 2);
+                       }},
+                seed++, 8);
+    check_rules(OpCase{"pad",
+                       [dt](Graph& g) {
+                         return pad(g.input("x", {3, 3}, dt), {1, 0}, {0, 2}, 1.f);
+                       }},
+                seed++, 8);
+    check_rules(OpCase{"concat",
+                       [dt](Graph& g) {
+                         Tensor xs[] = {g.input("a", {2, 3}, dt), g.input("b", {1, 3}, dt)};
+                         return concat(xs, 0);
+                       }},
+                seed++, 8);
+    check_rules(OpCase{"repeat",
+                       [dt](Graph& g) {
+                         return repeat(g.input("x", {2, 3}, dt), {2, 2});
+                       }},
+                seed++, 8);
+    check_rules(OpCase{"flip",
+                       [dt](Graph& g) {
+                         return flip(g.input("x", {3, 4}, dt), {0, 1});
+                       }},
+                seed++, 8);
+    check_rules(OpCase{"expand",
+                       [dt](Graph& g) {
+                         return expand(g.input("x", {3, 1}, dt), {2, 3, 2});
+                       }},
+                seed++, 8);
   }
   // Bytes are copied as they are: i64 beyond 2^53 survives (a double round trip would not).
   Graph g;
@@ -432,7 +520,8 @@ TEST_CASE("ops: movement validation errors") {
   Tensor in[] = {x};
   // reshape
   CHECK_THROWS_WITH_AS(reshape(x, {4, 2}), doctest::Contains("[reshape] volume mismatch"), Error);
-  CHECK_THROWS_WITH_AS(reshape(x, {-1, -1}), doctest::Contains("[reshape] more than one -1"), Error);
+  CHECK_THROWS_WITH_AS(reshape(x, {-1, -1}), doctest::Contains("[reshape] more than one -1"),
+                       Error);
   CHECK_THROWS_WITH_AS(reshape(x, {4, -1}), doctest::Contains("[reshape] cannot infer -1"), Error);
   CHECK_THROWS_WITH_AS(reshape(x, {-2, -3}), doctest::Contains("[reshape] negative"), Error);
   CHECK_THROWS_WITH_AS(reshape(Tensor{}, {1}), doctest::Contains("[reshape] empty tensor"), Error);
@@ -441,10 +530,12 @@ TEST_CASE("ops: movement validation errors") {
   // permute / transpose
   CHECK_THROWS_WITH_AS(permute(x, {0, 0}), doctest::Contains("[permute] perm repeats axis"), Error);
   CHECK_THROWS_WITH_AS(permute(x, {0}), doctest::Contains("[permute] expects 2"), Error);
-  CHECK_THROWS_WITH_AS(permute(x, {0, 2}), doctest::Contains("[permute] axis 2 out of range"), Error);
+  CHECK_THROWS_WITH_AS(permute(x, {0, 2}), doctest::Contains("[permute] axis 2 out of range"),
+                       Error);
   CHECK_THROWS_WITH_AS(g.add_node(OpKind::Permute, in, Attrs{.ints = {0, 5}}),
                        doctest::Contains("[permute] perm entry 5 out of range"), Error);
-  CHECK_THROWS_WITH_AS(transpose(x, 0, 2), doctest::Contains("[transpose] axis 2 out of range"), Error);
+  CHECK_THROWS_WITH_AS(transpose(x, 0, 2), doctest::Contains("[transpose] axis 2 out of range"),
+                       Error);
   // slice
   CHECK_THROWS_WITH_AS(slice(x, 0, 0, 2, 0), doctest::Contains("[slice] step must be >= 1"), Error);
   CHECK_THROWS_WITH_AS(slice(x, 2, 0, 1), doctest::Contains("[slice] axis 2 out of range"), Error);
@@ -468,17 +559,20 @@ TEST_CASE("ops: movement validation errors") {
   Tensor ranks[] = {x, g.input("r", {2, 3, 1}, DType::F32)};
   CHECK_THROWS_WITH_AS(concat(ranks, 0), doctest::Contains("[concat] shape mismatch"), Error);
   CHECK_THROWS_WITH_AS(concat(uneven, 2), doctest::Contains("[concat] axis 2 out of range"), Error);
-  CHECK_THROWS_WITH_AS(concat(std::span<const Tensor>{}, 0), doctest::Contains("[concat] no inputs"), Error);
+  CHECK_THROWS_WITH_AS(concat(std::span<const Tensor>{}, 0),
+                       doctest::Contains("[concat] no inputs"), Error);
   std::vector<Tensor> many(65, x);
   CHECK_THROWS_WITH_AS(concat(many, 0), doctest::Contains("[concat] expects 1..64 inputs"), Error);
   // split / stack
   CHECK_THROWS_WITH_AS(split(x, 1, {1, 1}), doctest::Contains("[split] sizes sum to 2"), Error);
   CHECK_THROWS_WITH_AS(split(x, 1, {4, -1}), doctest::Contains("[split] negative size"), Error);
   CHECK_THROWS_WITH_AS(stack(uneven, 0), doctest::Contains("[stack] shape mismatch"), Error);
-  CHECK_THROWS_WITH_AS(stack(std::span<const Tensor>{}, 0), doctest::Contains("[stack] no inputs"), Error);
+  CHECK_THROWS_WITH_AS(stack(std::span<const Tensor>{}, 0), doctest::Contains("[stack] no inputs"),
+                       Error);
   CHECK_THROWS_WITH_AS(stack(in, 3), doctest::Contains("[stack] axis 3 out of range"), Error);
   // repeat
-  CHECK_THROWS_WITH_AS(repeat(x, {1, 0}), doctest::Contains("[repeat] repeats must be >= 1"), Error);
+  CHECK_THROWS_WITH_AS(repeat(x, {1, 0}), doctest::Contains("[repeat] repeats must be >= 1"),
+                       Error);
   CHECK_THROWS_WITH_AS(repeat(x, {2}), doctest::Contains("[repeat] expects 2"), Error);
   // flip
   CHECK_THROWS_WITH_AS(flip(x, {2}), doctest::Contains("[flip] axis 2 out of range"), Error);
@@ -495,10 +589,10 @@ TEST_CASE("ops: a movement chain recomputes one row in a session") {
   Graph g;
   Tensor x = g.input("x", {8, 12}, DType::F32);
   Tensor heads = reshape(x, {8, 3, 4});
-  Tensor by_head = transpose(heads, 0, 1);     // [3, 8, 4]
-  Tensor flipped = flip(by_head, {1});         // row t lands on 7 - t
+  Tensor by_head = transpose(heads, 0, 1);                   // [3, 8, 4]
+  Tensor flipped = flip(by_head, {1});                       // row t lands on 7 - t
   Tensor padded = pad(flipped, {0, 1, 0}, {0, 0, 0}, -1.f);  // [3, 9, 4]
-  Tensor tiled = repeat(x, {2, 1});            // [16, 12]
+  Tensor tiled = repeat(x, {2, 1});                          // [16, 12]
   g.output("padded", padded);
   g.output("tiled", tiled);
   GraphSession s(g, SessionOptions{.backend = BackendKind::Reference});

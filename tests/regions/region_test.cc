@@ -1,6 +1,8 @@
 // Box and Region against a brute-force bitmap model, plus deterministic cases for coalescing,
 // splitting and the Box basics. Random cases use fixed seeds; a failure prints the seed and
 // the operands.
+#include "regions/region.h"
+
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -10,7 +12,6 @@
 #include <vector>
 
 #include "regions/box.h"
-#include "regions/region.h"
 
 using namespace tessera;
 
@@ -21,7 +22,9 @@ struct Space {
   int rank = 1;
   int64_t extent = 7;
 
-  std::vector<int64_t> shape() const { return std::vector<int64_t>(static_cast<size_t>(rank), extent); }
+  std::vector<int64_t> shape() const {
+    return std::vector<int64_t>(static_cast<size_t>(rank), extent);
+  }
   size_t cells() const {
     size_t n = 1;
     for (int d = 0; d < rank; ++d) n *= static_cast<size_t>(extent);
@@ -29,7 +32,8 @@ struct Space {
   }
   size_t linear(const int64_t* index) const {
     size_t l = 0;
-    for (int d = 0; d < rank; ++d) l = l * static_cast<size_t>(extent) + static_cast<size_t>(index[d]);
+    for (int d = 0; d < rank; ++d)
+      l = l * static_cast<size_t>(extent) + static_cast<size_t>(index[d]);
     return l;
   }
 };
@@ -77,7 +81,9 @@ Bits bits_of(const Space& space, const Region& region, int64_t* overlaps = nullp
   return bits;
 }
 
-int64_t popcount(const Bits& a) { return std::count(a.begin(), a.end(), uint8_t{1}); }
+int64_t popcount(const Bits& a) {
+  return std::count(a.begin(), a.end(), uint8_t{1});
+}
 
 Bits bits_or(Bits a, const Bits& b) {
   for (size_t i = 0; i < a.size(); ++i) a[i] |= b[i];
@@ -91,8 +97,12 @@ Bits bits_minus(Bits a, const Bits& b) {
   for (size_t i = 0; i < a.size(); ++i) a[i] &= static_cast<uint8_t>(!b[i]);
   return a;
 }
-bool bits_subset(const Bits& a, const Bits& b) { return popcount(bits_minus(a, b)) == 0; }
-bool bits_meet(const Bits& a, const Bits& b) { return popcount(bits_and(a, b)) != 0; }
+bool bits_subset(const Bits& a, const Bits& b) {
+  return popcount(bits_minus(a, b)) == 0;
+}
+bool bits_meet(const Bits& a, const Bits& b) {
+  return popcount(bits_and(a, b)) != 0;
+}
 
 // The bounding box of a bitmap, or nullopt-like `false` when the bitmap is empty.
 bool bits_bounding_box(const Space& space, const Bits& bits, Box* out) {
@@ -419,6 +429,27 @@ TEST_CASE("regions: appending 10000 rows stays one box") {
   // Writing rows into a fully valid region never fragments it.
   for (int64_t t = 0; t < 10000; t += 7) r.add(Box{{t, t + 1}, {0, 64}});
   CHECK(r.boxes().size() == 1);
+}
+
+TEST_CASE("regions: a fragmented checkerboard region stays tractable") {
+  // 2048 isolated cells: canonicalizing must not rescan all pairs on every add (that took
+  // tens of seconds here); no assertion on time, only on the result.
+  constexpr int64_t n = 64;
+  Region cells(2);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = i % 2; j < n; j += 2) cells.add(Box{{i, i + 1}, {j, j + 1}});
+  CHECK(cells.boxes().size() == n * n / 2);
+  CHECK(cells.volume() == n * n / 2);
+  // The same set carved out of the full box by removing the other colour.
+  Region carved(Box{{0, n}, {0, n}});
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 1 - i % 2; j < n; j += 2) carved.remove(Box{{i, i + 1}, {j, j + 1}});
+  CHECK(carved.boxes().size() == n * n / 2);
+  CHECK(carved == cells);
+  CHECK(std::is_sorted(cells.boxes().begin(), cells.boxes().end()));
+  cells.add(Box{{0, n}, {0, n}});
+  REQUIRE(cells.boxes().size() == 1);
+  CHECK(cells.boxes()[0] == Box{{0, n}, {0, n}});
 }
 
 TEST_CASE("regions: adding the same box twice is idempotent") {
