@@ -182,6 +182,11 @@ const OpDef kGatherDef{
           shape.insert(shape.end(), table.shape.begin() + 1, table.shape.end());
           node.shape = std::move(shape);
           node.dtype = table.dtype;
+          // Quantised tables ([V, D], whole blocks per row) are dequantised to f32 rows.
+          if (is_quantized(table.dtype)) {
+            if (table.rank() != 2) fail("gather", "a quantised table must be [V, D]");
+            node.dtype = DType::F32;
+          }
         },
     .forward = gather_forward,
     .needed = gather_needed,

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/ops.h"
+#include "kernels/quant.h"
 #include "kernels/ref/access.h"
 #include "xxhash.h"
 
@@ -70,8 +71,33 @@ absl::Status matmul(const KernelArgs& args) {
   return absl::OkStatus();
 }
 
+// Rows of a quantised table [V, D]: element (id, c) is decoded from its block.
+static absl::Status gather_quantized(const KernelArgs& args) {
+  const Node& table = args.graph.node(args.node.inputs[0]);
+  const int idx_rank = args.graph.node(args.node.inputs[1]).rank();
+  const int64_t rows = table.shape[0], row_bytes = dtype_bytes(table.dtype, table.shape[1]);
+  const int64_t block = dtype_block_size(table.dtype), block_bytes = dtype_block_bytes(table.dtype);
+  const quant::BlockDequantizer dequantize = quant::block_dequantizer(table.dtype);
+  const auto* base = static_cast<const uint8_t*>(args.inputs[0].data);
+  float decoded[256];
+  absl::Status status = absl::OkStatus();
+  for_each_index(args.box, [&](const int64_t* i) {
+    if (!status.ok()) return;
+    const int64_t id = load_id(args.inputs[1], i);
+    if (id < 0 || id >= rows) {
+      status = absl::InvalidArgumentError(absl::StrCat("id ", id, " out of range [0, ", rows, ")"));
+      return;
+    }
+    const int64_t c = i[idx_rank];
+    dequantize(base + id * row_bytes + (c / block) * block_bytes, decoded);
+    store(args.out, i, decoded[c % block]);
+  });
+  return status;
+}
+
 absl::Status gather(const KernelArgs& args) {
   const Node& table = args.graph.node(args.node.inputs[0]);
+  if (is_quantized(table.dtype)) return gather_quantized(args);
   const int idx_rank = args.graph.node(args.node.inputs[1]).rank();
   const int rest_rank = table.rank() - 1;
   const int64_t rows = table.shape[0];
