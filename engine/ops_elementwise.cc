@@ -77,6 +77,7 @@ const OpDef kUnaryDef{
 };
 
 Tensor unary(UnaryFn fn, Tensor x) {
+  if (x.graph == nullptr) fail("unary", "empty tensor");
   Tensor in[] = {x};
   return x.graph->add_node(OpKind::Unary, in, Attrs{.ints = {static_cast<int64_t>(fn)}});
 }
@@ -196,6 +197,7 @@ const OpDef kCastDef{
 };
 
 Tensor cast(Tensor x, DType dtype) {
+  if (x.graph == nullptr) fail("cast", "empty tensor");
   Tensor in[] = {x};
   return x.graph->add_node(OpKind::Cast, in, Attrs{.ints = {static_cast<int64_t>(dtype)}});
 }

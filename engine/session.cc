@@ -43,7 +43,8 @@ struct GraphSession::Value {
 GraphSession::GraphSession(const Graph& graph, SessionOptions options)
     : graph_(graph), options_(options),
       backend_(options.backend == BackendKind::Cpu ? make_cpu_backend() : make_reference_backend()),
-      values_(static_cast<size_t>(graph.size())), reused_(static_cast<size_t>(graph.size()), 0) {
+      values_(static_cast<size_t>(graph.size())), keep_(static_cast<size_t>(graph.size()), Keep::Auto),
+      reused_(static_cast<size_t>(graph.size()), 0) {
   for (NodeId id = 0; id < graph.size(); ++id) {
     const Node& n = graph.node(id);
     Value& v = values_[static_cast<size_t>(id)];
@@ -72,6 +73,12 @@ const Region& GraphSession::valid_region(NodeId node) const {
 bool GraphSession::is_kept(NodeId node) const {
   valid_region(node);
   return values_[static_cast<size_t>(node)].kept;
+}
+
+void GraphSession::set_keep(NodeId node, Keep keep) {
+  valid_region(node);
+  keep_[static_cast<size_t>(node)] = keep;
+  choose_kept();
 }
 
 int64_t GraphSession::kept_bytes() const {
@@ -163,29 +170,38 @@ void GraphSession::read_node(NodeId node, const Box& box, std::span<std::byte> o
 
 // Ranks computed nodes by recomputation cost saved per byte and keeps the best under the budget.
 void GraphSession::choose_kept() {
-  if (options_.cache_budget_bytes < 0) return;  // everything stays kept
+  auto set = [&](NodeId id, bool keep) {
+    Value& v = values_[static_cast<size_t>(id)];
+    if (v.kept && !keep) drop(id);
+    v.kept = keep;
+  };
   std::vector<std::pair<double, NodeId>> ranked;
+  int64_t used = 0;
   for (NodeId id = 0; id < graph_.size(); ++id) {
     const Node& n = graph_.node(id);
     if (n.kind == OpKind::Input || n.kind == OpKind::Constant) continue;
+    const Keep keep = keep_[static_cast<size_t>(id)];
+    if (keep != Keep::Auto || options_.cache_budget_bytes < 0) {
+      set(id, keep != Keep::Never);
+      if (keep == Keep::Always) used += n.size_bytes();
+      continue;
+    }
     double cost = 1;
     if (!n.inputs.empty()) {
       const Node& first = input_node(graph_, n, 0);
-      if (n.kind == OpKind::Matmul || n.kind == OpKind::Attention) cost = static_cast<double>(first.shape.back());
+      if (n.kind == OpKind::Matmul || n.kind == OpKind::Linear || n.kind == OpKind::Attention)
+        cost = static_cast<double>(first.shape.back());
     }
     double score = (static_cast<double>(reused_[static_cast<size_t>(id)]) + 1.0) * cost /
                    static_cast<double>(std::max<int64_t>(n.size_bytes(), 1));
     ranked.emplace_back(-score, id);
   }
   std::sort(ranked.begin(), ranked.end());
-  int64_t used = 0;
   for (const auto& [neg_score, id] : ranked) {
-    Value& v = values_[static_cast<size_t>(id)];
     const int64_t bytes = graph_.node(id).size_bytes();
     const bool keep = used + bytes <= options_.cache_budget_bytes;
     if (keep) used += bytes;
-    if (v.kept && !keep) drop(id);
-    v.kept = keep;
+    set(id, keep);
   }
 }
 

@@ -26,6 +26,12 @@ namespace tessera {
 
 enum class BackendKind { Cpu, Reference };
 
+// Whether a node's computed values stay in memory between reads. Auto follows the cache
+// policy (everything without a budget; the best recomputation cost saved per byte with one).
+// Always pins the node (it counts against the budget first); Never makes it transient: its
+// values live only during the read that computes them.
+enum class Keep : uint8_t { Auto, Always, Never };
+
 struct SessionOptions {
   BackendKind backend = BackendKind::Cpu;
   // Bytes of computed node values kept between reads; -1 keeps everything. Nodes that do not
@@ -77,6 +83,8 @@ class GraphSession {
   const Graph& graph() const { return graph_; }
   const Region& valid_region(NodeId node) const;
   bool is_kept(NodeId node) const;
+  // Sets the keep policy of a node; a node that is no longer kept is dropped now.
+  void set_keep(NodeId node, Keep keep);
   int64_t kept_bytes() const;  // bytes of computed values held now
   std::string_view backend_name() const { return backend_->name(); }
 
@@ -97,6 +105,7 @@ class GraphSession {
   SessionOptions options_;
   std::unique_ptr<Backend> backend_;
   std::vector<Value> values_;
+  std::vector<Keep> keep_;
   std::vector<int64_t> reused_;  // elements reads found valid, per node (cache policy signal)
   SessionStats stats_;
 };

@@ -12,7 +12,7 @@ class CpuBackend final : public Backend {
   std::string_view name() const override { return optimised_ ? "cpu" : "reference"; }
   absl::Status run(const KernelArgs& args) override {
     if (optimised_)
-      if (KernelFn fast = cpu::optimised_kernel(args.node)) return fast(args);
+      if (KernelFn fast = cpu::optimised_kernel(args.graph, args.node)) return fast(args);
     KernelFn fn = ref::reference_kernel(args.node.kind);
     if (fn == nullptr) return absl::InternalError("no kernel for this op");
     return fn(args);

@@ -1,18 +1,52 @@
 #include "kernels/cpu/cpu_kernels.h"
 
+#include <cstdlib>
+#include <cstring>
+
 namespace tessera::cpu {
 
-// Defined in kernels/cpu/matmul.cc.
-absl::Status matmul_f32(const KernelArgs& args);
-
-KernelFn optimised_kernel(const Node& node) {
-  switch (node.kind) {
-    // Matmul inputs share the output dtype (engine/ops_index.cc), so f32 out means f32 in.
-    case OpKind::Matmul:
-      return node.dtype == DType::F32 ? matmul_f32 : nullptr;
-    default:
-      return nullptr;
+bool isa_supported(Isa isa) {
+  switch (isa) {
+    case Isa::Portable: return true;
+    case Isa::Avx2:
+#if defined(__x86_64__) || defined(__i386__)
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+             __builtin_cpu_supports("f16c");
+#else
+      return false;
+#endif
   }
+  return false;
+}
+
+Isa detected_isa() {
+  static const Isa isa = [] {
+    const char* forced = std::getenv("TESSERA_CPU_ISA");
+    if (forced != nullptr && std::strcmp(forced, "portable") == 0) return Isa::Portable;
+    return isa_supported(Isa::Avx2) ? Isa::Avx2 : Isa::Portable;
+  }();
+  return isa;
+}
+
+const char* isa_name(Isa isa) { return isa == Isa::Avx2 ? "avx2" : "portable"; }
+
+KernelFn optimised_kernel_for(const Graph& graph, const Node& node, Isa isa) {
+  switch (node.kind) {
+    case OpKind::Matmul: return matmul_kernel(graph, node, isa);
+    case OpKind::Linear: return linear_kernel(graph, node, isa);
+    case OpKind::Attention: return attention_kernel(graph, node, isa);
+    case OpKind::Unary: return unary_kernel(graph, node, isa);
+    case OpKind::Binary: return binary_kernel(graph, node, isa);
+    case OpKind::RmsNorm: return rms_norm_kernel(graph, node, isa);
+    case OpKind::Rope: return rope_kernel(graph, node, isa);
+    case OpKind::Reshape: return reshape_kernel(graph, node, isa);
+    case OpKind::Gather: return gather_kernel(graph, node, isa);
+    default: return nullptr;
+  }
+}
+
+KernelFn optimised_kernel(const Graph& graph, const Node& node) {
+  return optimised_kernel_for(graph, node, detected_isa());
 }
 
 }  // namespace tessera::cpu

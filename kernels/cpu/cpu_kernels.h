@@ -1,11 +1,40 @@
 // Optimised CPU kernels. Each is checked against its reference kernel (tests/kernels).
+//
+// Exactness (DESIGN.md section 1): an optimised kernel computes every output element with the
+// same sequence of floating-point operations whatever box it is asked for and however the box
+// is split across threads; its values are only close (not bitwise equal) to the reference's.
+// The instruction set is chosen once per process (runtime dispatch), so every box of a node is
+// computed by the same code.
 #pragma once
 
 #include "kernels/view.h"
 
 namespace tessera::cpu {
 
-// The optimised kernel for this node, or nullptr when the reference kernel is used.
-KernelFn optimised_kernel(const Node& node);
+// Instruction sets with their own code paths. Portable code is plain C++ (any target).
+enum class Isa { Portable, Avx2 };
+
+// The best instruction set of this CPU (AVX2 + FMA + F16C), decided once per process.
+// TESSERA_CPU_ISA=portable in the environment forces the portable paths.
+Isa detected_isa();
+bool isa_supported(Isa isa);
+const char* isa_name(Isa isa);
+
+// The optimised kernel for this node, or nullptr when the reference kernel is used. Depends only
+// on the node, its input nodes and detected_isa(), never on the views or the box.
+KernelFn optimised_kernel(const Graph& graph, const Node& node);
+// The same for a given instruction set (tests and benchmarks; isa_supported(isa) required).
+KernelFn optimised_kernel_for(const Graph& graph, const Node& node, Isa isa);
+
+// Per-op selectors (one per file of kernels/cpu), nullptr when the node is not covered.
+KernelFn matmul_kernel(const Graph& graph, const Node& node, Isa isa);     // matmul.cc
+KernelFn linear_kernel(const Graph& graph, const Node& node, Isa isa);     // linear.cc
+KernelFn attention_kernel(const Graph& graph, const Node& node, Isa isa);  // attention.cc
+KernelFn unary_kernel(const Graph& graph, const Node& node, Isa isa);      // elementwise.cc
+KernelFn binary_kernel(const Graph& graph, const Node& node, Isa isa);     // elementwise.cc
+KernelFn rms_norm_kernel(const Graph& graph, const Node& node, Isa isa);   // norm_rope.cc
+KernelFn rope_kernel(const Graph& graph, const Node& node, Isa isa);       // norm_rope.cc
+KernelFn reshape_kernel(const Graph& graph, const Node& node, Isa isa);    // copy.cc
+KernelFn gather_kernel(const Graph& graph, const Node& node, Isa isa);     // copy.cc
 
 }  // namespace tessera::cpu

@@ -117,4 +117,10 @@ absl::Status matmul_f32(const KernelArgs& args) {
   return absl::OkStatus();
 }
 
+// Matmul inputs share the output dtype (engine/ops_index.cc), so f32 out means f32 in. The
+// kernel is plain C++ (the same code for every instruction set).
+KernelFn matmul_kernel(const Graph&, const Node& node, Isa) {
+  return node.dtype == DType::F32 ? matmul_f32 : nullptr;
+}
+
 }  // namespace tessera::cpu

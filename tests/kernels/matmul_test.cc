@@ -72,8 +72,8 @@ TEST_CASE("kernels: f32 matmul is registered for f32 matmul nodes only") {
   Graph g;
   Tensor f32 = matmul(g.input("a", {2, 3}, DType::F32), g.input("b", {3, 4}, DType::F32));
   Tensor f16 = matmul(g.input("c", {2, 3}, DType::F16), g.input("d", {3, 4}, DType::F16));
-  CHECK(static_cast<bool>(cpu::optimised_kernel(g.node(f32.id))));
-  CHECK_FALSE(static_cast<bool>(cpu::optimised_kernel(g.node(f16.id))));
+  CHECK(static_cast<bool>(cpu::optimised_kernel(g, g.node(f32.id))));
+  CHECK_FALSE(static_cast<bool>(cpu::optimised_kernel(g, g.node(f16.id))));
 }
 
 TEST_CASE("kernels: f32 matmul matches the reference within tolerance") {
@@ -90,7 +90,7 @@ TEST_CASE("kernels: f32 matmul matches the reference within tolerance") {
     CAPTURE(shape_string(b_shape));
     const Node& n = c.graph.node(c.out.id);
     const Box full = Box::full(n.shape);
-    std::vector<float> fast = run(c, cpu::optimised_kernel(n), full);
+    std::vector<float> fast = run(c, cpu::optimised_kernel(c.graph, n), full);
     std::vector<float> ref = run(c, ref::reference_kernel(OpKind::Matmul), full);
     // Float accumulation of K products in [-1, 1]: error grows at most ~K * 2^-24.
     const double tolerance = 1e-6 * static_cast<double>(a_shape.back() + 1);
@@ -114,7 +114,7 @@ TEST_CASE("kernels: f32 matmul sub-boxes are bitwise equal to the full box") {
     CAPTURE(shape_string(a_shape));
     CAPTURE(shape_string(b_shape));
     const Node& n = c.graph.node(c.out.id);
-    KernelFn fast = cpu::optimised_kernel(n);
+    KernelFn fast = cpu::optimised_kernel(c.graph, n);
     const Box full_box = Box::full(n.shape);
     std::vector<float> full = run(c, fast, full_box);
     TensorView full_view = dense_view(full.data(), DType::F32, full_box);
@@ -138,11 +138,11 @@ TEST_CASE("kernels: f32 matmul writes into a strided output view") {
   MatmulCase c;
   build(c, {2, 6, 5}, {5, 9}, rng);
   const Node& n = c.graph.node(c.out.id);
-  std::vector<float> full = run(c, cpu::optimised_kernel(n), Box::full(n.shape));
+  std::vector<float> full = run(c, cpu::optimised_kernel(c.graph, n), Box::full(n.shape));
   std::vector<float> big(static_cast<size_t>(n.volume()), -7.0f);
   TensorView view = dense_view(big.data(), DType::F32, Box::full(n.shape));
   Box box{{1, 2}, {2, 5}, {3, 8}};
-  REQUIRE(cpu::optimised_kernel(n)(KernelArgs{c.graph, n, c.views, view, box}).ok());
+  REQUIRE(cpu::optimised_kernel(c.graph, n)(KernelArgs{c.graph, n, c.views, view, box}).ok());
   for (size_t i = 0; i < big.size(); ++i) {
     int64_t index[3] = {static_cast<int64_t>(i) / 54, static_cast<int64_t>(i) / 9 % 6,
                         static_cast<int64_t>(i) % 9};

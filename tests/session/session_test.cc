@@ -120,3 +120,31 @@ TEST_CASE("session: rank-0 and empty boxes") {
   CHECK(none.empty());
   CHECK(s.stats().elements_computed == 0);
 }
+
+TEST_CASE("session: keep policies pin or drop nodes, results unchanged") {
+  Graph g;
+  Tensor a = g.input("a", {8}, DType::F32);
+  Tensor b = exp(a);
+  Tensor c = b * b;
+  g.output("c", c);
+  GraphSession s(g);
+  s.set_keep(b.id, Keep::Never);
+  s.write("a", Box{{0, 8}}, iota_values(8, 0.f));
+  std::vector<float> first = s.read<float>("c", Box{{0, 8}});
+  CHECK_FALSE(s.is_kept(b.id));
+  CHECK(s.valid_region(b.id).empty());
+  CHECK(s.valid_region(c.id) == Region(Box{{0, 8}}));
+  s.write("a", Box{{3, 4}}, std::vector<float>{1.f});
+  std::vector<float> second = s.read<float>("c", Box{{0, 8}});
+  CHECK(s.stats().elements_computed == 2);  // one element of b (transient) and one of c
+  CHECK(second[3] == doctest::Approx(std::exp(2.f)));
+  CHECK_THROWS_AS(s.set_keep(99, Keep::Always), Error);
+  SessionOptions tight;
+  tight.cache_budget_bytes = 32;
+  GraphSession p(g, tight);
+  p.set_keep(b.id, Keep::Always);
+  p.write("a", Box{{0, 8}}, iota_values(8, 0.f));
+  p.read<float>("c", Box{{0, 8}});
+  CHECK(p.is_kept(b.id));
+  CHECK_FALSE(p.is_kept(c.id));  // the pinned node used the whole budget
+}
