@@ -88,6 +88,10 @@ class Tokenizer {
   int32_t bos() const;  // -1 when the model has none
   int32_t eos() const;  // -1 when the model has none
   bool add_bos() const;
+  // SentencePiece dummy prefix: encode puts a space before text that starts the input or
+  // follows a special token; decode and TokenStreamDecoder drop the first text token's
+  // leading space.
+  bool add_space_prefix() const;
   // End of generation: EOS, EOT/EOM ids from the metadata, and control or user-defined tokens
   // spelled like a turn end ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|endoftext|>", ...).
   bool is_eog(int32_t id) const;
@@ -132,7 +136,9 @@ class Utf8StreamBuffer {
 class TokenStreamDecoder {
  public:
   explicit TokenStreamDecoder(const Tokenizer& tokenizer, bool skip_special = true)
-      : tokenizer_(tokenizer), skip_special_(skip_special) {}
+      : tokenizer_(tokenizer),
+        skip_special_(skip_special),
+        strip_space_(tokenizer.add_space_prefix()) {}
 
   std::string push(int32_t id);  // text now complete (may be empty)
   std::string flush() { return buffer_.flush(); }
@@ -140,6 +146,7 @@ class TokenStreamDecoder {
  private:
   const Tokenizer& tokenizer_;
   bool skip_special_;
+  bool strip_space_;
   Utf8StreamBuffer buffer_;
 };
 

@@ -56,10 +56,21 @@ struct Tokenizer::State {
   std::string default_system_prompt;  // ChatML: inserted when no system message comes first
 
   int32_t vocab_size() const { return static_cast<int32_t>(pieces.size()); }
+  // Id of a vocabulary spelling / of special-token text, -1 when absent. (This Abseil's
+  // heterogeneous lookup takes absl::string_view, not std::string_view.)
+  int32_t find_piece(std::string_view piece) const { return find_in(piece_ids, piece); }
+  int32_t find_special(std::string_view text) const { return find_in(special_ids, text); }
   bool is_special(int32_t id) const {
     return types[id] == TokenType::Control || types[id] == TokenType::Unknown;
   }
   [[noreturn]] void fail(std::string_view message) const;
+
+ private:
+  static int32_t find_in(const absl::flat_hash_map<std::string, int32_t>& map,
+                         std::string_view key) {
+    const auto it = map.find(absl::string_view(key.data(), key.size()));
+    return it == map.end() ? -1 : it->second;
+  }
 };
 
 // Appends the ids of one stretch of text that holds no special tokens. `after_special` is

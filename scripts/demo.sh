@@ -1,9 +1,19 @@
 #!/usr/bin/env bash
-# Builds and runs the main demo.
+# Main demo: fetches the two real models (once), builds, and streams completions token by token
+# from SmolLM2-135M (Llama family) and Gemma-3-270M, then re-runs an edited prompt to show the
+# unchanged prefix being reused. Extra arguments go to every llm_stream run.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 bash scripts/setup.sh
+bash scripts/fetch_models.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build -j "$(nproc)" --target tiny_decode
-./build/tiny_decode "$@"
+cmake --build build -j "$(nproc)" --target llm_stream tiny_decode
+echo "=== SmolLM2-135M-Instruct (Q4_1) ==="
+./build/llm_stream --model models/SmolLM2-135M-Instruct.Q4_1.gguf --tokens 64 \
+  --prompt "What is the capital of France? Answer in one sentence." \
+  --edit "What is the capital of Germany? Answer in one sentence." "$@"
+echo
+echo "=== Gemma-3-270M (Q4_K_M) ==="
+./build/llm_stream --model models/gemma-3-270m-q4_k_m.gguf --tokens 64 \
+  --prompt "Write a short poem about the sea." "$@"

@@ -121,6 +121,8 @@ MODELS = {
 
 CHAT_MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
 
+QA_PROMPT = "Question: What is the capital of France?\nAnswer:"
+
 PLAIN_PROMPT = "The quick brown fox jumps over the lazy dog. Once upon a time, in a small village by the sea, there lived"
 
 LONG_PARAGRAPHS = [
@@ -391,7 +393,8 @@ def reference(key: str, spec: dict) -> dict:
     chat_text, chat_ids = encode_chat(tok, CHAT_MESSAGES)
     prompts.append({"name": "chat", "kind": "chat template, add_generation_prompt=True",
                     "messages": CHAT_MESSAGES, "text": chat_text, "ids": chat_ids})
-    for name, text in [("plain", PLAIN_PROMPT), ("long", LONG_PROMPT), ("very_long", VERY_LONG_PROMPT)]:
+    for name, text in [("plain", PLAIN_PROMPT), ("qa", QA_PROMPT), ("long", LONG_PROMPT),
+                       ("very_long", VERY_LONG_PROMPT)]:
         ids = list(tok(text)["input_ids"])  # add_special_tokens=True: BOS exactly as the tokenizer adds it
         prompts.append({"name": name, "kind": "plain text, tokenizer(text) with default special tokens",
                         "text": text, "ids": ids})
@@ -563,6 +566,97 @@ def tokenizer_goldens(key: str, spec: dict) -> dict:
     }
 
 
+# ----------------------------------------------------------------------------- llama.cpp cross-check
+
+
+def load_llama_cpp(spec: dict, vocab_only: bool = False):
+    from llama_cpp import Llama
+
+    return Llama(model_path=str(MODELS_DIR / spec["file"]), n_ctx=1024, n_batch=1024, n_ubatch=1024,
+                 logits_all=True, vocab_only=vocab_only, n_threads=max(1, torch.get_num_threads()),
+                 verbose=False)
+
+
+def llama_cpp_version() -> str | None:
+    try:
+        return importlib.metadata.version("llama_cpp_python")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def tokenizer_crosscheck_llama_cpp(spec: dict, golden: dict) -> dict:
+    """llama.cpp's own tokenizer (llama_tokenize with add_special=True, parse_special=True)."""
+    llm = load_llama_cpp(spec, vocab_only=True)
+    rows, agree = [], 0
+    for e in golden["strings"]:
+        ids = llm.tokenize(e["text"].encode("utf-8"), add_bos=True, special=True)
+        ok = list(ids) == e["ids_with_special"]
+        agree += ok
+        rows.append({"text": e["text"], "agrees": ok, **({} if ok else {"llama_cpp_ids": list(ids)})})
+    for name in ["single_turn", "multi_turn"]:
+        c = golden["chat"][name]
+        ids = llm.tokenize(c["text"].encode("utf-8"), add_bos=False, special=True)
+        ok = list(ids) == c["ids"]
+        agree += ok
+        rows.append({"text": c["text"], "agrees": ok, **({} if ok else {"llama_cpp_ids": list(ids)})})
+    return {"implementation": f"llama-cpp-python {llama_cpp_version()} Llama(vocab_only=True).tokenize("
+                              "text, add_bos=True, special=True) (chat texts: add_bos=False)",
+            "compared": len(rows), "agree": agree, "rows": [r for r in rows if not r["agrees"]]}
+
+
+def reference_crosscheck_llama_cpp(spec: dict, ref: dict) -> dict:
+    """Runs the same prompt ids through llama.cpp (its own quantised kernels) and compares."""
+    llm = load_llama_cpp(spec)
+    out = []
+    for p in ref["prompts"]:
+        ids = p["ids"]
+        n = len(ids)
+        llm.reset()
+        llm.eval(ids)
+        scores = np.array(llm.scores[:n], dtype=np.float32)
+        argmax = scores.argmax(-1)
+        pos_rows = []
+        for t in p["top10"]:
+            row = scores[t["pos"]]
+            hf_ids = [i for i, _ in t["top"]]
+            hf_vals = np.array([v for _, v in t["top"]])
+            lc_top = np.argsort(-row)[:TOPK]
+            pos_rows.append({
+                "pos": t["pos"],
+                "top1_agrees": int(lc_top[0]) == hf_ids[0],
+                "top10_overlap": len(set(map(int, lc_top)) & set(hf_ids)),
+                "max_abs_diff_on_hf_top10": rnd(np.max(np.abs(row[hf_ids] - hf_vals))),
+                "llama_cpp_top": [[int(i), rnd(row[i])] for i in lc_top],
+            })
+        last = scores[n - 1].astype(np.float64)
+        # greedy with llama.cpp, same rules (argmax, EOS does not stop)
+        gen = []
+        nxt = int(argmax[n - 1])
+        for step in range(N_NEW_TOKENS):
+            gen.append(nxt)
+            if step == N_NEW_TOKENS - 1:
+                break
+            llm.eval([nxt])
+            nxt = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        hf_gen = p["greedy"]["token_ids"]
+        common = next((i for i, (a, b) in enumerate(zip(gen, hf_gen)) if a != b), len(gen))
+        out.append({
+            "name": p["name"],
+            "argmax_agreement": rnd(float(np.mean(argmax == np.array(p["argmax_per_position"])))),
+            "positions": pos_rows,
+            "last_stats": {"max": rnd(last.max()), "mean": rnd(last.mean()), "std": rnd(last.std())},
+            "greedy_token_ids": gen,
+            "greedy_text": llm.detokenize(gen).decode("utf-8", errors="replace"),
+            "greedy_common_prefix_with_hf": common,
+        })
+        print(f"    llama.cpp {p['name']}: argmax agreement {out[-1]['argmax_agreement']}, "
+              f"greedy common prefix {common}/{N_NEW_TOKENS}", flush=True)
+    return {"implementation": f"llama-cpp-python {llama_cpp_version()} (bundled llama.cpp, CPU, its quantised "
+                              "kernels: weights stay Q4_1/Q4_K/..., activations quantised to Q8 for the dot "
+                              "products), Llama(logits_all=True).eval(ids)",
+            "prompts": out}
+
+
 def write_json(obj: dict, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(obj, indent=1, ensure_ascii=False)
@@ -574,14 +668,22 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", choices=sorted(MODELS), action="append")
     ap.add_argument("--tokenizer-only", action="store_true")
+    ap.add_argument("--llama-cpp", action="store_true",
+                    help="also cross-check against llama-cpp-python (pip install llama-cpp-python)")
     args = ap.parse_args()
     torch.manual_seed(0)
     for key in args.model or sorted(MODELS, reverse=True):
         spec = MODELS[key]
         print(f"== {spec['name']}", flush=True)
-        write_json(tokenizer_goldens(key, spec), OUT_DIR / f"{spec['name']}_tokenizer.json")
+        tg = tokenizer_goldens(key, spec)
+        if args.llama_cpp:
+            tg["crosscheck_llama_cpp"] = tokenizer_crosscheck_llama_cpp(spec, tg)
+        write_json(tg, OUT_DIR / f"{spec['name']}_tokenizer.json")
         if not args.tokenizer_only:
-            write_json(reference(key, spec), OUT_DIR / f"{spec['name']}_reference.json")
+            ref = reference(key, spec)
+            if args.llama_cpp:
+                ref["crosscheck_llama_cpp"] = reference_crosscheck_llama_cpp(spec, ref)
+            write_json(ref, OUT_DIR / f"{spec['name']}_reference.json")
     return 0
 
 

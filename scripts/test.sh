@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Builds everything with warnings as errors and runs the whole test suite (CTest).
-# Exits non-zero when any test fails.
+# Builds everything with warnings as errors and runs the whole test suite (CTest), including
+# the real-model tests (the models are fetched once into models/). Exits non-zero when any
+# test fails.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 bash scripts/setup.sh
+bash scripts/fetch_models.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSERA_WERROR=ON >/dev/null
 cmake --build build -j "$(nproc)"
-ctest --test-dir build --output-on-failure -j "$(nproc)" --timeout 900
+ctest --test-dir build --output-on-failure -j "$(nproc)" --timeout 1500

@@ -6,14 +6,16 @@
 // bf16) use 32-element "blocks" and also decode a partial tail (masked, zero-filled lanes).
 #pragma once
 
+#include <cstring>
+
+#include "engine/dtype.h"
 #include "kernels/cpu/simd_avx2.h"
 
 #if TESSERA_HAVE_AVX2_PATHS
 
-#include "engine/dtype.h"
-
 #define TESSERA_AVX2_INLINE TESSERA_AVX2 __attribute__((always_inline)) inline
 
+TESSERA_AVX2_BEGIN
 namespace tessera::cpu::avx2 {
 
 // Four vectors of 8 floats from 32 bytes held as a low and a high 16-byte half.
@@ -301,9 +303,14 @@ struct Decoder<DType::Q6_K> {
   }
 };
 
+}  // namespace tessera::cpu::avx2
+TESSERA_AVX2_END
+
+namespace tessera::cpu::avx2 {
+
 // f(Decoder<type>{}) for a supported weight dtype, a value-initialised result otherwise. f only
-// names decoders (e.g. takes the address of a template instantiated with one); it runs in
-// portable code.
+// names decoders (e.g. takes the address of a template instantiated with one); it is compiled for
+// the baseline target, so the kernel selectors may call it on any CPU.
 template <class F>
 auto select_decoder(DType type, F&& f) -> decltype(f(Decoder<DType::F32>{})) {
   switch (type) {

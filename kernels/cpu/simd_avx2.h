@@ -3,6 +3,8 @@
 // the same input lanes always give the same output bits, whatever lane they sit in, which is
 // what lets kernels process tails by padding them into a full vector (DESIGN.md section 1).
 // Functions carry TESSERA_AVX2 and must only be called after cpu::isa_supported(Isa::Avx2).
+// AVX2 code is compiled between TESSERA_AVX2_BEGIN and TESSERA_AVX2_END (a GCC target region,
+// which unlike the target attribute also covers lambdas); include every header before it.
 #pragma once
 
 #if defined(__x86_64__)
@@ -13,7 +15,11 @@
 #include <cstring>
 
 #define TESSERA_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define TESSERA_AVX2_BEGIN \
+  _Pragma("GCC push_options") _Pragma("GCC target(\"avx2,fma,f16c\")")
+#define TESSERA_AVX2_END _Pragma("GCC pop_options")
 
+TESSERA_AVX2_BEGIN
 namespace tessera::cpu::avx2 {
 
 // ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)): one fixed order for every reduction.
@@ -100,5 +106,6 @@ TESSERA_AVX2 inline __m256 erf(__m256 x) {
 }
 
 }  // namespace tessera::cpu::avx2
+TESSERA_AVX2_END
 
 #endif  // __x86_64__

@@ -1,0 +1,217 @@
+// Kernel benchmark (a program, not a test): GFLOP/s and GB/s of the optimised CPU kernels at
+// the shapes of SmolLM2-135M and Gemma-3-270M.
+//
+// - linear, f32 x [M, K] times a quantised weight [N, K]^T, M = 1 (decode) and M = 128
+//   (prefill). Weights are streamed from memory as in a real decode step: the kernel cycles
+//   over enough distinct copies of the matrix (>= 96 MiB) that none is in cache. Weights sit in
+//   transparent huge pages (as the engine's repacked weights would) unless --small-pages.
+// - attention, one query row at context 128 and 1024 (decode) and all rows of a causal
+//   context of 128 (prefill).
+// Every configuration runs with 1 and 2 threads (a child process per thread count, since the
+// pool's size is fixed per process by TESSERA_THREADS).
+//
+// Usage: kernels_bench [--threads N] [--small-pages] [--quick]
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/ops.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/thread_pool.h"
+#include "kernels/view.h"
+
+using namespace tessera;
+
+namespace {
+
+struct Options {
+  bool small_pages = false;
+  bool quick = false;
+};
+
+// Random-ish but well-formed blocks: every f16 scale field holds a small positive value.
+void fill_weights(DType dtype, uint8_t* bytes, int64_t size, std::mt19937_64& rng) {
+  for (int64_t i = 0; i < size; i += 8) {
+    const uint64_t r = rng();
+    std::memcpy(bytes + i, &r, static_cast<size_t>(std::min<int64_t>(8, size - i)));
+  }
+  const uint16_t scale = float_to_half(0.01f);
+  const int64_t block_bytes = dtype_block_bytes(dtype);
+  for (int64_t b = 0; b + block_bytes <= size; b += block_bytes) {
+    uint8_t* p = bytes + b;
+    switch (dtype) {
+      case DType::Q6_K: std::memcpy(p + 208, &scale, 2); break;
+      case DType::Q4_1: case DType::Q5_1: case DType::Q4_K: case DType::Q5_K:
+        std::memcpy(p + 2, &scale, 2);
+        [[fallthrough]];
+      default: std::memcpy(p, &scale, 2);
+    }
+  }
+}
+
+// Memory for weights: 2 MiB aligned and advised into transparent huge pages.
+std::shared_ptr<uint8_t> weight_memory(int64_t bytes, const Options& options) {
+  const size_t size = (static_cast<size_t>(bytes) + (2u << 20) - 1) & ~((2u << 20) - 1);
+  void* p = std::aligned_alloc(2u << 20, size);
+  if (p == nullptr) {
+    std::fprintf(stderr, "out of memory\n");
+    std::exit(1);
+  }
+  if (!options.small_pages) madvise(p, size, MADV_HUGEPAGE);
+  std::memset(p, 0, size);
+  return std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p), [](uint8_t* q) { std::free(q); });
+}
+
+// Runs fn repeatedly for about `seconds` after a warm-up; returns the mean seconds per call
+// of the best of three rounds.
+template <class F>
+double time_calls(F&& fn, double seconds) {
+  for (int i = 0; i < 3; ++i) fn();
+  double best = 1e30;
+  for (int round = 0; round < 3; ++round) {
+    int64_t calls = 0;
+    const auto start = std::chrono::steady_clock::now();
+    double elapsed = 0;
+    while (elapsed < seconds / 3) {
+      fn();
+      ++calls;
+      elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
+    best = std::min(best, elapsed / static_cast<double>(calls));
+  }
+  return best;
+}
+
+void bench_linear(DType dtype, int64_t k, int64_t n, int64_t m, const Options& options) {
+  const int64_t matrix_bytes = dtype_bytes(dtype, n * k);
+  const int64_t copies = std::max<int64_t>(2, ((96ll << 20) + matrix_bytes - 1) / matrix_bytes);
+  std::shared_ptr<uint8_t> memory = weight_memory(matrix_bytes * copies, options);
+  std::mt19937_64 rng(static_cast<uint64_t>(k * 131 + n));
+  fill_weights(dtype, memory.get(), matrix_bytes * copies, rng);
+  Graph g;
+  Tensor x = g.input("x", {m, k}, DType::F32);
+  std::vector<NodeId> nodes;
+  for (int64_t c = 0; c < copies; ++c)
+    nodes.push_back(linear(x, g.constant_external({n, k}, dtype, memory.get() + c * matrix_bytes, memory)).id);
+  std::vector<float> xs(static_cast<size_t>(m * k)), out(static_cast<size_t>(m * n));
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (float& v : xs) v = u(rng);
+  const KernelFn kernel = cpu::optimised_kernel(g, g.node(nodes[0]));
+  const Box box{{0, m}, {0, n}};
+  TensorView out_view = dense_view(out.data(), DType::F32, box);
+  TensorView x_view = dense_view(xs.data(), DType::F32, Box{{0, m}, {0, k}});
+  int64_t next = 0;
+  const double seconds = time_calls(
+      [&] {
+        const Node& node = g.node(nodes[static_cast<size_t>(next)]);
+        next = (next + 1) % copies;
+        const TensorView views[2] = {x_view, dense_view(const_cast<void*>(g.constant_data(g.node(node.inputs[1]).constant).data),
+                                                        dtype, Box{{0, n}, {0, k}})};
+        (void)kernel(KernelArgs{g, node, views, out_view, box});
+      },
+      options.quick ? 0.15 : 0.6);
+  const double flops = 2.0 * static_cast<double>(m * n * k);
+  const double bytes = static_cast<double>(matrix_bytes + 4 * m * (k + n));
+  std::printf("linear %-5s K=%5lld N=%6lld M=%4lld  %9.1f us  %7.1f GFLOP/s  %6.1f GB/s\n",
+              dtype_name(dtype), static_cast<long long>(k), static_cast<long long>(n),
+              static_cast<long long>(m), seconds * 1e6, flops / seconds * 1e-9, bytes / seconds * 1e-9);
+}
+
+// q [T, hq, d], k/v [T, hkv, d]; computes rows [first_row, T) of every head.
+void bench_attention(const char* model, int64_t hq, int64_t hkv, int64_t d, int64_t context,
+                     int64_t rows, const Options& options) {
+  Graph g;
+  Tensor q = g.input("q", {context, hq, d}, DType::F32);
+  Tensor k = g.input("k", {context, hkv, d}, DType::F32);
+  Tensor v = g.input("v", {context, hkv, d}, DType::F32);
+  AttentionParams params;
+  params.scale = 1.0 / std::sqrt(static_cast<double>(d));
+  Tensor a = attention(q, k, v, params);
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<std::vector<float>> data;
+  std::vector<TensorView> views;
+  for (Tensor t : {q, k, v}) {
+    data.emplace_back(static_cast<size_t>(t.node().volume()));
+    for (float& x : data.back()) x = u(rng);
+    views.push_back(dense_view(data.back().data(), DType::F32, Box::full(t.shape())));
+  }
+  std::vector<float> out(static_cast<size_t>(a.node().volume()));
+  TensorView out_view = dense_view(out.data(), DType::F32, Box::full(a.shape()));
+  const KernelFn kernel = cpu::optimised_kernel(g, a.node());
+  const Box box{{context - rows, context}, {0, hq}, {0, d}};
+  const double seconds = time_calls([&] { (void)kernel(KernelArgs{g, a.node(), views, out_view, box}); },
+                                    options.quick ? 0.15 : 0.5);
+  // Visible keys summed over the rows; each costs a D-long dot product and a D-long axpy.
+  double keys = 0;
+  for (int64_t t = context - rows; t < context; ++t) keys += static_cast<double>(t + 1);
+  const double flops = 4.0 * static_cast<double>(hq * d) * keys;
+  const double bytes = 4.0 * static_cast<double>(2 * hkv * d * context + 2 * rows * hq * d);
+  std::printf("attention %-8s hq=%lld hkv=%lld D=%3lld ctx=%5lld rows=%4lld  %9.1f us  %7.1f GFLOP/s  %6.1f GB/s\n",
+              model, static_cast<long long>(hq), static_cast<long long>(hkv), static_cast<long long>(d),
+              static_cast<long long>(context), static_cast<long long>(rows), seconds * 1e6,
+              flops / seconds * 1e-9, bytes / seconds * 1e-9);
+}
+
+void run_suite(const Options& options) {
+  std::printf("== %d thread(s), isa %s, %s pages ==\n", cpu::ThreadPool::global().size(),
+              cpu::isa_name(cpu::detected_isa()), options.small_pages ? "small" : "huge");
+  const int64_t shapes[][2] = {{576, 1536}, {1536, 576}, {640, 2048}, {576, 49152}};
+  for (DType dtype : {DType::Q4_1, DType::Q4_K, DType::Q6_K, DType::Q8_0})
+    for (const auto& shape : shapes) {
+      if (shape[0] % dtype_block_size(dtype) != 0) continue;
+      for (int64_t m : {1, 128}) bench_linear(dtype, shape[0], shape[1], m, options);
+    }
+  for (int64_t context : {128, 1024}) {
+    bench_attention("smollm2", 9, 3, 64, context, 1, options);
+    bench_attention("gemma3", 4, 1, 256, context, 1, options);
+  }
+  bench_attention("smollm2", 9, 3, 64, 128, 128, options);
+  bench_attention("gemma3", 4, 1, 256, 128, 128, options);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options options;
+  int threads = 0;  // 0: both 1 and 2, in child processes
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--small-pages") options.small_pages = true;
+    else if (arg == "--quick") options.quick = true;
+    else if (arg == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
+    else {
+      std::fprintf(stderr, "usage: %s [--threads N] [--small-pages] [--quick]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (threads > 0) {
+    setenv("TESSERA_THREADS", std::to_string(threads).c_str(), 1);
+    run_suite(options);
+    return 0;
+  }
+  for (int t : {1, 2}) {
+    std::fflush(stdout);
+    const pid_t child = fork();
+    if (child == 0) {
+      setenv("TESSERA_THREADS", std::to_string(t).c_str(), 1);
+      run_suite(options);
+      std::_Exit(0);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+  }
+  return 0;
+}

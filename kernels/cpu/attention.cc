@@ -1,0 +1,282 @@
+// Optimised f32 attention (semantics at the definition block, engine/ops_attention.cc): causal
+// or not, sliding window, softcap, GQA. One query row (leading, t, head) at a time; rows are
+// spread over the thread pool.
+//
+// Exactness (DESIGN.md section 1): a row's softmax depends only on the row: scores of its
+// visible keys in increasing key order (each a dot product with eight float lanes over D and a
+// fixed horizontal sum, scaled in float, softcapped with std::tanh), the max, p = exp(score -
+// max) (one vectorised exp, tails padded), the sum of p with eight lanes from the row's first
+// key, then out[j] = (sum_s fma(p_s, v[s][j])) / sum. Column j's chain is the same whichever
+// columns the box holds, and keys are grouped (for ILP) only across independent dot products.
+// Reads stay inside the needed boxes: the row's visible keys, and only the box's V columns.
+//
+// Scratch: a thread_local buffer of floats, grown once to the longest row seen (scores, and
+// copies of K/V rows when a view is not contiguous along its last axis).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "kernels/cpu/box_rows.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/simd_avx2.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace tessera::cpu {
+
+namespace {
+
+constexpr int64_t kMinChunkWork = 1 << 15;  // multiply-adds per parallel chunk, at least
+
+// One query row's inputs, all contiguous along their last axis.
+struct AttentionRow {
+  const float* q = nullptr;  // D values
+  const float* k = nullptr;  // key `first`; key first + i at k + i * k_stride
+  const float* v = nullptr;  // key `first`, the box's first column; v_stride between keys
+  int64_t k_stride = 0, v_stride = 0;
+  int64_t keys = 0;     // visible keys (last - first)
+  int64_t dim = 0;      // D
+  int64_t columns = 0;  // output columns (from the box's first)
+  float* out = nullptr;  // the box's first column of this row
+  int64_t out_step = 1;
+  float scale = 1, softcap = 0;
+  float* scores = nullptr;  // `keys` floats (+ 8 of padding)
+};
+
+float capped(float x, float softcap) {
+  return softcap > 0 ? softcap * std::tanh(x / softcap) : x;
+}
+
+// ---- portable ---------------------------------------------------------------------------------
+
+float dot_portable(const float* a, const float* b, int64_t n) {
+  float lanes[8] = {};
+  for (int64_t i = 0; i < n; ++i) lanes[i % 8] = lanes[i % 8] + a[i] * b[i];
+  return ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) +
+         ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
+}
+
+void row_portable(const AttentionRow& r) {
+  float max = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < r.keys; ++i) {
+    const float x = capped(dot_portable(r.q, r.k + i * r.k_stride, r.dim) * r.scale, r.softcap);
+    r.scores[i] = x;
+    max = std::max(max, x);
+  }
+  float lanes[8] = {};
+  for (int64_t i = 0; i < r.keys; ++i) {
+    r.scores[i] = std::exp(r.scores[i] - max);
+    lanes[i % 8] = lanes[i % 8] + r.scores[i];
+  }
+  const float sum = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) +
+                    ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
+  for (int64_t j = 0; j < r.columns; ++j) {
+    float acc = 0;
+    for (int64_t i = 0; i < r.keys; ++i) acc = acc + r.scores[i] * r.v[i * r.v_stride + j];
+    r.out[j * r.out_step] = acc / sum;
+  }
+}
+
+// ---- AVX2 -------------------------------------------------------------------------------------
+
+#if TESSERA_HAVE_AVX2_PATHS
+TESSERA_AVX2_BEGIN
+
+// Dot products of q with kCount keys at once (independent chains; each is the same 8-lane
+// chain over D as a single key's).
+template <int kCount>
+void dots_avx2(const float* q, const float* k, int64_t k_stride, int64_t dim, float* out) {
+  __m256 acc[kCount];
+  for (int i = 0; i < kCount; ++i) acc[i] = _mm256_setzero_ps();
+  int64_t d = 0;
+  for (; d + 8 <= dim; d += 8) {
+    const __m256 qv = _mm256_loadu_ps(q + d);
+    for (int i = 0; i < kCount; ++i)
+      acc[i] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + i * k_stride + d), acc[i]);
+  }
+  if (d < dim) {
+    const __m256i mask = avx2::tail_mask(dim - d);
+    const __m256 qv = _mm256_maskload_ps(q + d, mask);
+    for (int i = 0; i < kCount; ++i)
+      acc[i] = _mm256_fmadd_ps(qv, _mm256_maskload_ps(k + i * k_stride + d, mask), acc[i]);
+  }
+  for (int i = 0; i < kCount; ++i) out[i] = avx2::hsum(acc[i]);
+}
+
+// out[j] = sum_i fma(p_i, v[i][j]) / sum for kVectors * 8 columns (the last vector masked).
+template <int kVectors>
+void weighted_sum_avx2(const AttentionRow& r, int64_t j0, int64_t columns, float sum) {
+  __m256 acc[kVectors];
+  for (int c = 0; c < kVectors; ++c) acc[c] = _mm256_setzero_ps();
+  const __m256i mask = avx2::tail_mask(columns - 8 * (kVectors - 1));
+  const float* v = r.v + j0;
+  for (int64_t i = 0; i < r.keys; ++i, v += r.v_stride) {
+    const __m256 p = _mm256_set1_ps(r.scores[i]);
+    for (int c = 0; c + 1 < kVectors; ++c)
+      acc[c] = _mm256_fmadd_ps(p, _mm256_loadu_ps(v + 8 * c), acc[c]);
+    acc[kVectors - 1] =
+        _mm256_fmadd_ps(p, _mm256_maskload_ps(v + 8 * (kVectors - 1), mask), acc[kVectors - 1]);
+  }
+  const __m256 denominator = _mm256_set1_ps(sum);
+  alignas(32) float result[8 * kVectors];
+  for (int c = 0; c < kVectors; ++c) _mm256_store_ps(result + 8 * c, _mm256_div_ps(acc[c], denominator));
+  for (int64_t j = 0; j < columns; ++j) r.out[(j0 + j) * r.out_step] = result[j];
+}
+
+void row_avx2(const AttentionRow& r) {
+  int64_t i = 0;
+  for (; i + 8 <= r.keys; i += 8) dots_avx2<8>(r.q, r.k + i * r.k_stride, r.k_stride, r.dim, r.scores + i);
+  for (; i < r.keys; ++i) dots_avx2<1>(r.q, r.k + i * r.k_stride, r.k_stride, r.dim, r.scores + i);
+  float max = -std::numeric_limits<float>::infinity();
+  for (i = 0; i < r.keys; ++i) {
+    r.scores[i] = capped(r.scores[i] * r.scale, r.softcap);
+    max = std::max(max, r.scores[i]);
+  }
+  // p = exp(score - max) in place; the padded tail vector runs the same exp.
+  const __m256 m = _mm256_set1_ps(max);
+  __m256 lanes = _mm256_setzero_ps();
+  for (i = 0; i < r.keys; i += 8) {
+    const int64_t n = std::min<int64_t>(8, r.keys - i);
+    const __m256i mask = avx2::tail_mask(n);
+    const __m256 p = avx2::exp(_mm256_sub_ps(_mm256_maskload_ps(r.scores + i, mask), m));
+    _mm256_maskstore_ps(r.scores + i, mask, p);
+    lanes = _mm256_add_ps(lanes, _mm256_and_ps(p, _mm256_castsi256_ps(mask)));
+  }
+  const float sum = avx2::hsum(lanes);
+  // Columns in chunks of 64 (8 accumulators); each column's chain is independent of the chunk.
+  for (int64_t j0 = 0; j0 < r.columns; j0 += 64) {
+    const int64_t columns = std::min<int64_t>(64, r.columns - j0);
+    switch ((columns + 7) / 8) {
+      case 1: weighted_sum_avx2<1>(r, j0, columns, sum); break;
+      case 2: weighted_sum_avx2<2>(r, j0, columns, sum); break;
+      case 3: weighted_sum_avx2<3>(r, j0, columns, sum); break;
+      case 4: weighted_sum_avx2<4>(r, j0, columns, sum); break;
+      case 5: weighted_sum_avx2<5>(r, j0, columns, sum); break;
+      case 6: weighted_sum_avx2<6>(r, j0, columns, sum); break;
+      case 7: weighted_sum_avx2<7>(r, j0, columns, sum); break;
+      default: weighted_sum_avx2<8>(r, j0, columns, sum); break;
+    }
+  }
+}
+
+TESSERA_AVX2_END
+#endif  // TESSERA_HAVE_AVX2_PATHS
+
+// ---- driver -----------------------------------------------------------------------------------
+
+using RowFn = void (*)(const AttentionRow&);
+
+struct AttentionJob {
+  const KernelArgs* args = nullptr;
+  const BoxRows* rows = nullptr;
+  int rank = 0;
+  int64_t dim = 0, keys = 0, group = 1, window = 0;
+  bool causal = true;
+  float scale = 1, softcap = 0;
+  RowFn row_fn = nullptr;
+};
+
+// Copies `count` rows of `columns` elements starting at `first` (view strides) into dense rows.
+void copy_rows(const TensorView& view, const int64_t* index, int row_axis, int64_t count,
+               int64_t columns, float* dst) {
+  const float* base = view.at<const float>(index);
+  const int64_t row_step = view.strides[row_axis], col_step = view.strides[row_axis + 2];
+  for (int64_t i = 0; i < count; ++i)
+    for (int64_t j = 0; j < columns; ++j) dst[i * columns + j] = base[i * row_step + j * col_step];
+}
+
+void run_rows(const AttentionJob& job, int64_t begin, int64_t end) {
+  const KernelArgs& args = *job.args;
+  const TensorView &q = args.inputs[0], &k = args.inputs[1], &v = args.inputs[2];
+  const int row = job.rank - 3, head = job.rank - 2, col = job.rank - 1;
+  const int64_t j0 = args.box.begin(col), columns = args.box.extent(col);
+  const bool contiguous = q.strides[col] == 1 && k.strides[col] == 1 && v.strides[col] == 1;
+  thread_local std::vector<float> scratch;
+  int64_t index[kMaxRank];
+  for (int64_t r = begin; r < end; ++r) {
+    job.rows->index(r, index);
+    const int64_t t = index[row], h = index[head];
+    const int64_t first = job.causal && job.window > 0 ? std::max<int64_t>(0, t - job.window + 1) : 0;
+    const int64_t last = job.causal ? t + 1 : job.keys;
+    AttentionRow a;
+    a.keys = last - first;
+    a.dim = job.dim;
+    a.columns = columns;
+    a.scale = job.scale;
+    a.softcap = job.softcap;
+    a.out = args.out.at<float>(index);
+    a.out_step = args.out.strides[col];
+    const size_t need = static_cast<size_t>(a.keys + 8 + (contiguous ? 0 : job.dim * (a.keys + 1) + columns * a.keys));
+    if (scratch.size() < need) scratch.resize(need);
+    a.scores = scratch.data();
+    index[col] = 0;
+    int64_t kv_index[kMaxRank];
+    std::copy(index, index + job.rank, kv_index);
+    kv_index[row] = first;
+    kv_index[head] = h / job.group;
+    if (contiguous) {
+      a.q = q.at<const float>(index);
+      a.k = k.at<const float>(kv_index);
+      a.k_stride = k.strides[row];
+      kv_index[col] = j0;
+      a.v = v.at<const float>(kv_index);
+      a.v_stride = v.strides[row];
+    } else {
+      float* q_copy = scratch.data() + a.keys + 8;
+      float* k_copy = q_copy + job.dim;
+      float* v_copy = k_copy + job.dim * a.keys;
+      copy_rows(q, index, row, 1, job.dim, q_copy);
+      copy_rows(k, kv_index, row, a.keys, job.dim, k_copy);
+      kv_index[col] = j0;
+      copy_rows(v, kv_index, row, a.keys, columns, v_copy);
+      a.q = q_copy;
+      a.k = k_copy;
+      a.k_stride = job.dim;
+      a.v = v_copy;
+      a.v_stride = columns;
+    }
+    job.row_fn(a);
+  }
+}
+
+template <RowFn kRow>
+absl::Status attention_f32(const KernelArgs& args) {
+  if (args.box.empty()) return absl::OkStatus();
+  const Shape& q_shape = args.graph.node(args.node.inputs[0]).shape;
+  const Shape& k_shape = args.graph.node(args.node.inputs[1]).shape;
+  AttentionJob job;
+  job.args = &args;
+  job.rank = args.node.rank();
+  const int row = job.rank - 3, head = job.rank - 2, col = job.rank - 1;
+  job.dim = q_shape[col];
+  job.keys = k_shape[row];
+  job.group = q_shape[head] / k_shape[head];
+  job.causal = args.node.attrs.ints[0] != 0;
+  job.window = args.node.attrs.ints[1];
+  job.scale = static_cast<float>(args.node.attrs.floats[0]);
+  job.softcap = static_cast<float>(args.node.attrs.floats[1]);
+  job.row_fn = kRow;
+  const BoxRows rows(args.box);
+  job.rows = &rows;
+  // Work of the longest row in the box bounds every row's.
+  const int64_t longest = job.causal ? std::min(args.box.end(row), job.window > 0 ? job.window : job.keys) : job.keys;
+  const int64_t row_work = std::max<int64_t>(1, longest * (job.dim + args.box.extent(col)));
+  const std::function<void(int64_t, int64_t)> body = [&job](int64_t b, int64_t e) { run_rows(job, b, e); };
+  ThreadPool::global().parallel_for(rows.count(), std::max<int64_t>(1, kMinChunkWork / row_work), body);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+KernelFn attention_kernel(const Graph& graph, const Node& node, Isa isa) {
+  for (NodeId in : node.inputs)
+    if (graph.node(in).dtype != DType::F32) return nullptr;
+#if TESSERA_HAVE_AVX2_PATHS
+  if (isa == Isa::Avx2) return attention_f32<row_avx2>;
+#endif
+  (void)isa;
+  return attention_f32<row_portable>;
+}
+
+}  // namespace tessera::cpu

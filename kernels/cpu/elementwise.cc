@@ -1,0 +1,314 @@
+// Optimised f32 unary and binary ops (semantics in kernels/ref/elementwise.cc).
+//
+// Exactness (DESIGN.md section 1): every element goes through the same function whatever its
+// position: rows are processed in vectors of 8 and a partial last vector is padded into a full
+// one (never a scalar twin that could round differently). Binary broadcasting maps each output
+// row to one row (or one broadcast value) of each input, numpy-style.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+#include "engine/ops.h"
+#include "kernels/cpu/box_rows.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/simd_avx2.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace tessera::cpu {
+
+namespace {
+
+constexpr int64_t kChunk = 256;             // elements staged at a time for strided rows
+constexpr int64_t kMinChunkWork = 1 << 14;  // elements per parallel chunk, at least
+
+// ---- element functions: a scalar form (portable) and an 8-lane form (AVX2) -------------------
+
+float sigmoid_scalar(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+float unary_scalar(UnaryFn fn, float x) {
+  switch (fn) {
+    case UnaryFn::Neg: return -x;
+    case UnaryFn::Exp: return std::exp(x);
+    case UnaryFn::Sqrt: return std::sqrt(x);
+    case UnaryFn::Rsqrt: return 1.0f / std::sqrt(x);
+    case UnaryFn::Abs: return std::fabs(x);
+    case UnaryFn::Reciprocal: return 1.0f / x;
+    case UnaryFn::Relu: return x > 0 ? x : 0.0f;
+    case UnaryFn::Sigmoid: return sigmoid_scalar(x);
+    case UnaryFn::Tanh: return std::tanh(x);
+    case UnaryFn::GeluTanh:
+      return 0.5f * x * (1.0f + std::tanh(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+    case UnaryFn::GeluErf: return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f));
+    case UnaryFn::Silu: return x / (1.0f + std::exp(-x));
+    case UnaryFn::Floor: return std::floor(x);
+    case UnaryFn::Ceil: return std::ceil(x);
+    case UnaryFn::Round: return std::nearbyint(x);
+    default: return x;
+  }
+}
+
+bool unary_covered(UnaryFn fn) {
+  switch (fn) {
+    case UnaryFn::Neg: case UnaryFn::Exp: case UnaryFn::Sqrt: case UnaryFn::Rsqrt:
+    case UnaryFn::Abs: case UnaryFn::Reciprocal: case UnaryFn::Relu: case UnaryFn::Sigmoid:
+    case UnaryFn::Tanh: case UnaryFn::GeluTanh: case UnaryFn::GeluErf: case UnaryFn::Silu:
+    case UnaryFn::Floor: case UnaryFn::Ceil: case UnaryFn::Round:
+      return true;
+    default:
+      return false;
+  }
+}
+
+float binary_scalar(BinaryFn fn, float a, float b) {
+  switch (fn) {
+    case BinaryFn::Add: return a + b;
+    case BinaryFn::Sub: return a - b;
+    case BinaryFn::Mul: return a * b;
+    case BinaryFn::Div: return a / b;
+    case BinaryFn::Minimum: return std::isnan(a) || std::isnan(b) ? a + b : std::min(a, b);
+    case BinaryFn::Maximum: return std::isnan(a) || std::isnan(b) ? a + b : std::max(a, b);
+    default: return 0;
+  }
+}
+
+bool binary_covered(BinaryFn fn) {
+  switch (fn) {
+    case BinaryFn::Add: case BinaryFn::Sub: case BinaryFn::Mul: case BinaryFn::Div:
+    case BinaryFn::Minimum: case BinaryFn::Maximum:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Contiguous arrays of n elements: y = f(x) / y = f(a, b).
+using UnaryMap = void (*)(UnaryFn, const float*, float*, int64_t);
+using BinaryMap = void (*)(BinaryFn, const float*, const float*, float*, int64_t);
+
+void unary_map_portable(UnaryFn fn, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = unary_scalar(fn, x[i]);
+}
+void binary_map_portable(BinaryFn fn, const float* a, const float* b, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = binary_scalar(fn, a[i], b[i]);
+}
+
+#if TESSERA_HAVE_AVX2_PATHS
+TESSERA_AVX2_BEGIN
+
+__attribute__((always_inline)) inline __m256 unary_vector(UnaryFn fn, __m256 x) {
+  const __m256 one = _mm256_set1_ps(1.0f), half = _mm256_set1_ps(0.5f);
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  switch (fn) {
+    case UnaryFn::Neg: return _mm256_xor_ps(x, sign);
+    case UnaryFn::Exp: return avx2::exp(x);
+    case UnaryFn::Sqrt: return _mm256_sqrt_ps(x);
+    case UnaryFn::Rsqrt: return _mm256_div_ps(one, _mm256_sqrt_ps(x));
+    case UnaryFn::Abs: return _mm256_andnot_ps(sign, x);
+    case UnaryFn::Reciprocal: return _mm256_div_ps(one, x);
+    case UnaryFn::Relu: return _mm256_max_ps(x, _mm256_setzero_ps());  // NaN -> 0, as reference
+    case UnaryFn::Sigmoid: return _mm256_div_ps(one, _mm256_add_ps(one, avx2::exp(_mm256_xor_ps(x, sign))));
+    case UnaryFn::Tanh: return avx2::tanh(x);
+    case UnaryFn::GeluTanh: {
+      const __m256 cube = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
+      const __m256 inner = _mm256_mul_ps(_mm256_set1_ps(0.7978845608028654f),
+                                         _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), cube, x));
+      return _mm256_mul_ps(_mm256_mul_ps(half, x), _mm256_add_ps(one, avx2::tanh(inner)));
+    }
+    case UnaryFn::GeluErf: {
+      const __m256 e = avx2::erf(_mm256_mul_ps(x, _mm256_set1_ps(0.70710678118654752f)));
+      return _mm256_mul_ps(_mm256_mul_ps(half, x), _mm256_add_ps(one, e));
+    }
+    case UnaryFn::Silu: return _mm256_div_ps(x, _mm256_add_ps(one, avx2::exp(_mm256_xor_ps(x, sign))));
+    case UnaryFn::Floor: return _mm256_floor_ps(x);
+    case UnaryFn::Ceil: return _mm256_ceil_ps(x);
+    case UnaryFn::Round: return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    default: return x;
+  }
+}
+
+__attribute__((always_inline)) inline __m256 binary_vector(BinaryFn fn, __m256 a, __m256 b) {
+  switch (fn) {
+    case BinaryFn::Add: return _mm256_add_ps(a, b);
+    case BinaryFn::Sub: return _mm256_sub_ps(a, b);
+    case BinaryFn::Mul: return _mm256_mul_ps(a, b);
+    case BinaryFn::Div: return _mm256_div_ps(a, b);
+    case BinaryFn::Minimum:
+      return _mm256_blendv_ps(_mm256_min_ps(a, b), _mm256_add_ps(a, b), _mm256_cmp_ps(a, b, _CMP_UNORD_Q));
+    case BinaryFn::Maximum:
+      return _mm256_blendv_ps(_mm256_max_ps(a, b), _mm256_add_ps(a, b), _mm256_cmp_ps(a, b, _CMP_UNORD_Q));
+    default: return a;
+  }
+}
+
+// The switch sits outside the loops: one instantiation per function.
+template <UnaryFn kFn>
+void unary_map_avx2_fn(const float* x, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, unary_vector(kFn, _mm256_loadu_ps(x + i)));
+  if (i < n) {
+    const __m256i mask = avx2::tail_mask(n - i);
+    _mm256_maskstore_ps(y + i, mask, unary_vector(kFn, _mm256_maskload_ps(x + i, mask)));
+  }
+}
+
+template <BinaryFn kFn>
+void binary_map_avx2_fn(const float* a, const float* b, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, binary_vector(kFn, _mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+  if (i < n) {
+    const __m256i mask = avx2::tail_mask(n - i);
+    _mm256_maskstore_ps(y + i, mask,
+                        binary_vector(kFn, _mm256_maskload_ps(a + i, mask), _mm256_maskload_ps(b + i, mask)));
+  }
+}
+
+TESSERA_AVX2_END
+
+template <size_t... kIndex>
+void unary_map_avx2_dispatch(UnaryFn fn, const float* x, float* y, int64_t n, std::index_sequence<kIndex...>) {
+  using Fn = void (*)(const float*, float*, int64_t);
+  static constexpr Fn table[] = {unary_map_avx2_fn<static_cast<UnaryFn>(kIndex)>...};
+  table[static_cast<size_t>(fn)](x, y, n);
+}
+void unary_map_avx2(UnaryFn fn, const float* x, float* y, int64_t n) {
+  unary_map_avx2_dispatch(fn, x, y, n, std::make_index_sequence<static_cast<size_t>(UnaryFn::Count)>());
+}
+
+template <size_t... kIndex>
+void binary_map_avx2_dispatch(BinaryFn fn, const float* a, const float* b, float* y, int64_t n,
+                              std::index_sequence<kIndex...>) {
+  using Fn = void (*)(const float*, const float*, float*, int64_t);
+  static constexpr Fn table[] = {binary_map_avx2_fn<static_cast<BinaryFn>(kIndex)>...};
+  table[static_cast<size_t>(fn)](a, b, y, n);
+}
+void binary_map_avx2(BinaryFn fn, const float* a, const float* b, float* y, int64_t n) {
+  binary_map_avx2_dispatch(fn, a, b, y, n, std::make_index_sequence<static_cast<size_t>(BinaryFn::Count)>());
+}
+#endif  // TESSERA_HAVE_AVX2_PATHS
+
+// ---- row drivers --------------------------------------------------------------------------------
+
+// One operand of an output row: element j of the row at data[j * step] (step 0: broadcast).
+struct RowOperand {
+  const float* data = nullptr;
+  int64_t step = 1;
+};
+
+// Contiguous elements [j, j + n) of an operand: the row itself or a staged copy in `buffer`.
+const float* stage(const RowOperand& op, int64_t j, int64_t n, float* buffer) {
+  if (op.step == 1) return op.data + j;
+  for (int64_t i = 0; i < n; ++i) buffer[i] = op.data[(j + i) * op.step];
+  return buffer;
+}
+
+// Input index of an output index under numpy broadcasting (kernels/ref/elementwise.cc).
+void broadcast_index(const Shape& in_shape, int out_rank, const int64_t* out_index, int64_t* in_index) {
+  const int offset = out_rank - static_cast<int>(in_shape.size());
+  for (int d = 0; d < static_cast<int>(in_shape.size()); ++d)
+    in_index[d] = in_shape[static_cast<size_t>(d)] == 1 ? 0 : out_index[d + offset];
+}
+
+RowOperand operand_row(const KernelArgs& args, int input, const int64_t* out_index) {
+  const Shape& shape = args.graph.node(args.node.inputs[static_cast<size_t>(input)]).shape;
+  const TensorView& view = args.inputs[static_cast<size_t>(input)];
+  int64_t index[kMaxRank];
+  broadcast_index(shape, args.node.rank(), out_index, index);
+  RowOperand op;
+  op.data = view.at<const float>(index);
+  const bool broadcast = shape.empty() || (shape.back() == 1 && args.node.shape.back() != 1);
+  op.step = broadcast ? 0 : view.strides[shape.size() - 1];
+  return op;
+}
+
+template <class RowFn>
+void for_rows_parallel(const Box& box, RowFn&& row_fn) {
+  if (box.empty()) return;
+  const BoxRows rows(box);
+  const int64_t width = std::max<int64_t>(1, box.extent(box.rank() - 1));
+  const std::function<void(int64_t, int64_t)> body = [&rows, &row_fn](int64_t b, int64_t e) {
+    int64_t index[kMaxRank];
+    for (int64_t r = b; r < e; ++r) {
+      rows.index(r, index);
+      row_fn(static_cast<const int64_t*>(index));
+    }
+  };
+  ThreadPool::global().parallel_for(rows.count(), std::max<int64_t>(1, kMinChunkWork / width), body);
+}
+
+template <UnaryMap kMap>
+absl::Status unary_f32(const KernelArgs& args) {
+  const auto fn = static_cast<UnaryFn>(args.node.attrs.ints[0]);
+  if (args.node.rank() == 0) {
+    kMap(fn, args.inputs[0].at<const float>(nullptr), args.out.at<float>(nullptr), 1);
+    return absl::OkStatus();
+  }
+  const int last = args.node.rank() - 1;
+  const int64_t width = args.box.extent(last);
+  for_rows_parallel(args.box, [&](const int64_t* index) {
+    const RowOperand x{args.inputs[0].at<const float>(index), args.inputs[0].strides[last]};
+    float* y = args.out.at<float>(index);
+    const int64_t y_step = args.out.strides[last];
+    float staged_x[kChunk], staged_y[kChunk];
+    for (int64_t j = 0; j < width; j += kChunk) {
+      const int64_t n = std::min(kChunk, width - j);
+      float* dst = y_step == 1 ? y + j : staged_y;
+      kMap(fn, stage(x, j, n, staged_x), dst, n);
+      if (y_step != 1)
+        for (int64_t i = 0; i < n; ++i) y[(j + i) * y_step] = staged_y[i];
+    }
+  });
+  return absl::OkStatus();
+}
+
+template <BinaryMap kMap>
+absl::Status binary_f32(const KernelArgs& args) {
+  const auto fn = static_cast<BinaryFn>(args.node.attrs.ints[0]);
+  if (args.node.rank() == 0) {
+    kMap(fn, args.inputs[0].at<const float>(nullptr), args.inputs[1].at<const float>(nullptr),
+         args.out.at<float>(nullptr), 1);
+    return absl::OkStatus();
+  }
+  const int last = args.node.rank() - 1;
+  const int64_t width = args.box.extent(last);
+  for_rows_parallel(args.box, [&](const int64_t* index) {
+    const RowOperand a = operand_row(args, 0, index), b = operand_row(args, 1, index);
+    float* y = args.out.at<float>(index);
+    const int64_t y_step = args.out.strides[last];
+    float staged_a[kChunk], staged_b[kChunk], staged_y[kChunk];
+    for (int64_t j = 0; j < width; j += kChunk) {
+      const int64_t n = std::min(kChunk, width - j);
+      float* dst = y_step == 1 ? y + j : staged_y;
+      kMap(fn, stage(a, j, n, staged_a), stage(b, j, n, staged_b), dst, n);
+      if (y_step != 1)
+        for (int64_t i = 0; i < n; ++i) y[(j + i) * y_step] = staged_y[i];
+    }
+  });
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+KernelFn unary_kernel(const Graph&, const Node& node, Isa isa) {
+  if (node.dtype != DType::F32 || !unary_covered(static_cast<UnaryFn>(node.attrs.ints[0])))
+    return nullptr;
+#if TESSERA_HAVE_AVX2_PATHS
+  if (isa == Isa::Avx2) return unary_f32<unary_map_avx2>;
+#endif
+  (void)isa;
+  return unary_f32<unary_map_portable>;
+}
+
+KernelFn binary_kernel(const Graph& graph, const Node& node, Isa isa) {
+  if (node.dtype != DType::F32 || graph.node(node.inputs[0]).dtype != DType::F32 ||
+      !binary_covered(static_cast<BinaryFn>(node.attrs.ints[0])))
+    return nullptr;
+#if TESSERA_HAVE_AVX2_PATHS
+  if (isa == Isa::Avx2) return binary_f32<binary_map_avx2>;
+#endif
+  (void)isa;
+  return binary_f32<binary_map_portable>;
+}
+
+}  // namespace tessera::cpu

@@ -1,0 +1,248 @@
+// Optimised linear: out[..., n] = sum_k x[..., k] * w[n, k] for f32 x and weights in f32, f16,
+// bf16 or a block-quantised dtype, dequantised block by block inside the dot product (never a
+// dequantised copy of the matrix).
+//
+// Exactness (DESIGN.md section 1): element (row, n) is always computed the same way: eight
+// float partial sums (lane l takes k = l mod 8), acc = fma(x[k..k+8), w[n][k..k+8), acc) for
+// k = 0, 8, 16, ... in increasing order (a partial last vector is zero-padded), then one fixed
+// horizontal reduction (simd_avx2.h). A decoded weight block is a pure function of its bytes.
+// Work is split into tiles of up to 4 rows x a few columns, and items of 16 columns x 4 rows
+// are spread over the thread pool; a tile only decides which elements share a decoded block,
+// K is never split, so neither the box nor the thread count can change a value. The portable
+// path keeps the same structure with scalar lanes (multiply then add); the instruction set is
+// fixed per process.
+//
+// Scratch: when x is not contiguous along K (never the case for session buffers) its rows are
+// copied into a thread_local buffer that grows once to 4 * K floats.
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include "kernels/cpu/box_rows.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/quant_avx2.h"
+#include "kernels/cpu/thread_pool.h"
+#include "kernels/quant.h"
+
+namespace tessera::cpu {
+
+namespace {
+
+constexpr int64_t kTileRows = 4;           // x rows sharing each decoded weight block
+constexpr int64_t kItemCols = 16;          // output columns per work item
+constexpr int64_t kMinItemWork = 1 << 16;  // multiply-adds per parallel chunk, at least
+
+// The geometry of one call, shared (read-only) by the work items.
+struct LinearJob {
+  const KernelArgs* args = nullptr;
+  const BoxRows* rows = nullptr;
+  int last = 0;
+  int64_t depth = 0;  // K
+  int64_t n_begin = 0, n_end = 0;
+  const uint8_t* weights = nullptr;  // row n at weights + (n - weight_origin) * row_bytes
+  int64_t weight_origin = 0, row_bytes = 0;
+  int64_t row_tiles = 0, col_items = 0;
+  bool x_contiguous = true;
+
+  const uint8_t* weight_row(int64_t n) const { return weights + (n - weight_origin) * row_bytes; }
+};
+
+using Results = float[kTileRows][kItemCols];
+// Computes results[r][j] for x rows x[0, rows) and weight rows n0 .. n0 + cols.
+using TileFn = void (*)(const LinearJob& job, const float* const* x, int64_t rows, int64_t n0,
+                        int64_t cols, Results& results);
+
+// Pointer to the K elements of x row r; non-contiguous rows are copied into `scratch`.
+const float* x_row(const LinearJob& job, int64_t r, float* scratch) {
+  int64_t index[kMaxRank];
+  job.rows->index(r, index);
+  index[job.last] = 0;
+  const TensorView& x = job.args->inputs[0];
+  const float* p = x.at<const float>(index);
+  if (job.x_contiguous) return p;
+  const int64_t step = x.strides[job.last];
+  for (int64_t k = 0; k < job.depth; ++k) scratch[k] = p[k * step];
+  return scratch;
+}
+
+void store_tile(const LinearJob& job, int64_t r0, int64_t rows, int64_t n0, int64_t cols,
+                const Results& results) {
+  const TensorView& out = job.args->out;
+  const int64_t step = out.strides[job.last];
+  int64_t index[kMaxRank];
+  for (int64_t r = 0; r < rows; ++r) {
+    job.rows->index(r0 + r, index);
+    index[job.last] = n0;
+    float* o = out.at<float>(index);
+    for (int64_t j = 0; j < cols; ++j) o[j * step] = results[r][j];
+  }
+}
+
+// Item i covers row tile i % row_tiles of column group i / row_tiles, so consecutive items
+// reuse the same weight rows from cache.
+void run_items(const LinearJob& job, TileFn tile, int64_t begin, int64_t end) {
+  thread_local std::vector<float> scratch;
+  if (!job.x_contiguous && scratch.size() < static_cast<size_t>(kTileRows * job.depth))
+    scratch.resize(static_cast<size_t>(kTileRows * job.depth));
+  const float* x[kTileRows];
+  Results results;
+  for (int64_t item = begin; item < end; ++item) {
+    const int64_t r0 = (item % job.row_tiles) * kTileRows;
+    const int64_t rows = std::min(kTileRows, job.rows->count() - r0);
+    const int64_t n0 = job.n_begin + (item / job.row_tiles) * kItemCols;
+    const int64_t cols = std::min(kItemCols, job.n_end - n0);
+    for (int64_t r = 0; r < rows; ++r) x[r] = x_row(job, r0 + r, scratch.data() + r * job.depth);
+    tile(job, x, rows, n0, cols, results);
+    store_tile(job, r0, rows, n0, cols, results);
+  }
+}
+
+template <TileFn kTile>
+absl::Status linear_f32(const KernelArgs& args) {
+  const Box& box = args.box;
+  if (box.empty()) return absl::OkStatus();
+  const Node& w = args.graph.node(args.node.inputs[1]);
+  const BoxRows rows(box);
+  LinearJob job;
+  job.args = &args;
+  job.rows = &rows;
+  job.last = args.node.rank() - 1;
+  job.depth = w.shape[1];
+  job.n_begin = box.begin(job.last);
+  job.n_end = box.end(job.last);
+  job.weights = static_cast<const uint8_t*>(args.inputs[1].data);
+  job.weight_origin = args.inputs[1].extent.begin(0);  // constants: the whole matrix
+  job.row_bytes = dtype_bytes(w.dtype, job.depth);
+  job.row_tiles = (rows.count() + kTileRows - 1) / kTileRows;
+  job.col_items = (job.n_end - job.n_begin + kItemCols - 1) / kItemCols;
+  job.x_contiguous = args.inputs[0].strides[job.last] == 1 || job.depth <= 1;
+  const int64_t item_work = std::max<int64_t>(1, std::min(kTileRows, rows.count()) * kItemCols * job.depth);
+  const std::function<void(int64_t, int64_t)> body = [&job](int64_t b, int64_t e) {
+    run_items(job, kTile, b, e);
+  };
+  ThreadPool::global().parallel_for(job.row_tiles * job.col_items,
+                                    std::max<int64_t>(1, kMinItemWork / item_work), body);
+  return absl::OkStatus();
+}
+
+// ---- portable ---------------------------------------------------------------------------------
+
+constexpr int64_t kPortableChunk = 256;  // elements dequantised at a time (whole blocks)
+
+float reduce_lanes(const float* a) {
+  return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+}
+
+// Scalar twin of the AVX2 tile: eight lanes, k in increasing order, multiply then add.
+void tile_portable(const LinearJob& job, const float* const* x, int64_t rows, int64_t n0,
+                   int64_t cols, Results& results) {
+  const DType wtype = job.args->inputs[1].dtype;
+  float w[kPortableChunk];
+  for (int64_t j = 0; j < cols; ++j) {
+    const uint8_t* row = job.weight_row(n0 + j);
+    float acc[kTileRows][8] = {};
+    for (int64_t k0 = 0; k0 < job.depth; k0 += kPortableChunk) {
+      const int64_t count = std::min(kPortableChunk, job.depth - k0);
+      quant::dequantize_row(wtype, row + dtype_bytes(wtype, k0), w, count);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t k = 0; k < count; ++k) {
+          const float product = x[r][k0 + k] * w[k];
+          acc[r][(k0 + k) % 8] = acc[r][(k0 + k) % 8] + product;
+        }
+    }
+    for (int64_t r = 0; r < rows; ++r) results[r][j] = reduce_lanes(acc[r]);
+  }
+}
+
+// ---- AVX2 -------------------------------------------------------------------------------------
+
+#if TESSERA_HAVE_AVX2_PATHS
+TESSERA_AVX2_BEGIN
+
+// A kRows x kCols tile over the whole of K: each weight block is decoded once for all rows.
+template <class Dec, int kRows, int kCols>
+void tile_avx2_fixed(const LinearJob& job, const float* const* x, int64_t n0, float* results,
+                     int64_t results_stride) {
+  __m256 acc[kRows][kCols];
+  const uint8_t* w[kCols];
+  for (int j = 0; j < kCols; ++j) {
+    w[j] = job.weight_row(n0 + j);
+    for (int r = 0; r < kRows; ++r) acc[r][j] = _mm256_setzero_ps();
+  }
+  const int64_t blocks = job.depth / Dec::kBlock;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t k0 = b * Dec::kBlock;
+    for (int j = 0; j < kCols; ++j)
+      Dec::decode(w[j] + b * Dec::kBytes, [&](int group, const __m256* v) {
+        const int64_t k = k0 + 32 * group;
+        for (int r = 0; r < kRows; ++r) {
+          const float* xr = x[r] + k;
+          __m256 a = acc[r][j];
+          a = _mm256_fmadd_ps(_mm256_loadu_ps(xr), v[0], a);
+          a = _mm256_fmadd_ps(_mm256_loadu_ps(xr + 8), v[1], a);
+          a = _mm256_fmadd_ps(_mm256_loadu_ps(xr + 16), v[2], a);
+          a = _mm256_fmadd_ps(_mm256_loadu_ps(xr + 24), v[3], a);
+          acc[r][j] = a;
+        }
+      });
+  }
+  if constexpr (Dec::kDense) {  // K % 32 tail of a float matrix, 8 lanes at a time
+    for (int64_t k = blocks * Dec::kBlock; k < job.depth; k += 8) {
+      const __m256i mask = avx2::tail_mask(std::min<int64_t>(8, job.depth - k));
+      for (int j = 0; j < kCols; ++j) {
+        const __m256 v = Dec::partial(w[j], k, mask);
+        for (int r = 0; r < kRows; ++r)
+          acc[r][j] = _mm256_fmadd_ps(_mm256_maskload_ps(x[r] + k, mask), v, acc[r][j]);
+      }
+    }
+  }
+  for (int r = 0; r < kRows; ++r)
+    for (int j = 0; j < kCols; ++j) results[r * results_stride + j] = avx2::hsum(acc[r][j]);
+}
+
+template <class Dec, int kRows>
+void tile_avx2_rows(const LinearJob& job, const float* const* x, int64_t n0, int64_t cols,
+                    Results& results) {
+  // One row streams the weights (decode): 4 columns give 4 independent FMA chains. Several rows
+  // reuse each decoded block: 2 columns keep 8 accumulators in registers.
+  constexpr int kCols = kRows == 1 ? 4 : 2;
+  int64_t j = 0;
+  for (; j + kCols <= cols; j += kCols)
+    tile_avx2_fixed<Dec, kRows, kCols>(job, x, n0 + j, &results[0][j], kItemCols);
+  for (; j < cols; ++j) tile_avx2_fixed<Dec, kRows, 1>(job, x, n0 + j, &results[0][j], kItemCols);
+}
+
+template <class Dec>
+void tile_avx2(const LinearJob& job, const float* const* x, int64_t rows, int64_t n0, int64_t cols,
+               Results& results) {
+  switch (rows) {
+    case 1: return tile_avx2_rows<Dec, 1>(job, x, n0, cols, results);
+    case 2: return tile_avx2_rows<Dec, 2>(job, x, n0, cols, results);
+    case 3: return tile_avx2_rows<Dec, 3>(job, x, n0, cols, results);
+    default: return tile_avx2_rows<Dec, 4>(job, x, n0, cols, results);
+  }
+}
+
+TESSERA_AVX2_END
+#endif  // TESSERA_HAVE_AVX2_PATHS
+
+}  // namespace
+
+KernelFn linear_kernel(const Graph& graph, const Node& node, Isa isa) {
+  const Node& x = graph.node(node.inputs[0]);
+  const Node& w = graph.node(node.inputs[1]);
+  if (node.dtype != DType::F32 || x.dtype != DType::F32) return nullptr;
+  if (quant::block_dequantizer(w.dtype) == nullptr) return nullptr;
+  if (w.shape[1] % dtype_block_size(w.dtype) != 0) return nullptr;  // whole blocks only
+#if TESSERA_HAVE_AVX2_PATHS
+  if (isa == Isa::Avx2)
+    return avx2::select_decoder(w.dtype, [](auto decoder) -> KernelFn {
+      return linear_f32<tile_avx2<decltype(decoder)>>;
+    });
+#endif
+  (void)isa;
+  return linear_f32<tile_portable>;
+}
+
+}  // namespace tessera::cpu
