@@ -31,18 +31,16 @@ auto read_key(const Tokenizer::State& state, std::string_view key, F&& read) -> 
   }
 }
 
-const GgufValue* find_key(const GgufFile& file, std::string_view key) { return file.find(key); }
-
 bool read_bool(const GgufFile& file, const Tokenizer::State& state, std::string_view key,
                bool fallback) {
-  const GgufValue* value = find_key(file, key);
+  const GgufValue* value = file.find(key);
   if (value == nullptr) return fallback;
   return read_key(state, key, [&] { return value->as_bool(); });
 }
 
 // A token id key: absent, -1 or 0xFFFFFFFF mean "none"; anything else must be in range.
 int32_t read_token_id(const GgufFile& file, const Tokenizer::State& state, std::string_view key) {
-  const GgufValue* value = find_key(file, key);
+  const GgufValue* value = file.find(key);
   if (value == nullptr) return -1;
   const int64_t id = read_key(state, key, [&] { return value->as_integer(); });
   if (id == -1 || id == 0xFFFFFFFF) return -1;
@@ -54,12 +52,11 @@ int32_t read_token_id(const GgufFile& file, const Tokenizer::State& state, std::
 }
 
 void read_vocabulary(const GgufFile& file, Tokenizer::State& state) {
-  const GgufValue* tokens = find_key(file, "tokenizer.ggml.tokens");
+  const GgufValue* tokens = file.find("tokenizer.ggml.tokens");
   if (tokens == nullptr) state.fail("missing tokenizer.ggml.tokens");
   const auto& pieces =
-      read_key(state, "tokenizer.ggml.tokens", [&]() -> const std::vector<std::string_view>& {
-        return tokens->strings();
-      });
+      read_key(state, "tokenizer.ggml.tokens",
+               [&]() -> const std::vector<std::string_view>& { return tokens->strings(); });
   if (pieces.empty()) state.fail("tokenizer.ggml.tokens is empty");
   if (pieces.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
     state.fail("tokenizer.ggml.tokens has more than 2^31 - 1 tokens");
@@ -72,7 +69,7 @@ void read_vocabulary(const GgufFile& file, Tokenizer::State& state) {
   }
 
   state.types.assign(n, TokenType::Normal);
-  if (const GgufValue* types = find_key(file, "tokenizer.ggml.token_type")) {
+  if (const GgufValue* types = file.find("tokenizer.ggml.token_type")) {
     const auto values =
         read_key(state, "tokenizer.ggml.token_type", [&] { return types->to_vector<int32_t>(); });
     if (values.size() != n) {
@@ -87,12 +84,12 @@ void read_vocabulary(const GgufFile& file, Tokenizer::State& state) {
     }
   }
 
-  if (const GgufValue* scores = find_key(file, "tokenizer.ggml.scores")) {
+  if (const GgufValue* scores = file.find("tokenizer.ggml.scores")) {
     state.scores =
         read_key(state, "tokenizer.ggml.scores", [&] { return scores->to_vector<float>(); });
     if (state.scores.size() != n) {
-      state.fail(absl::StrCat("tokenizer.ggml.scores has ", state.scores.size(), " entries for ",
-                              n, " tokens"));
+      state.fail(absl::StrCat("tokenizer.ggml.scores has ", state.scores.size(), " entries for ", n,
+                              " tokens"));
     }
     for (size_t i = 0; i < n; ++i) {
       if (std::isnan(state.scores[i])) state.fail(absl::StrCat("token ", i, " has a NaN score"));
@@ -132,9 +129,9 @@ void read_special_tokens(const GgufFile& file, Tokenizer::State& state) {
   }
   for (auto& lengths : state.special_lengths) std::sort(lengths.rbegin(), lengths.rend());
 
-  static constexpr std::string_view kTurnEnds[] = {
-      "<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|eom_id|>", "<|endoftext|>",
-      "<|end|>",    "<EOT>",         "<|return|>", "<|call|>"};
+  static constexpr std::string_view kTurnEnds[] = {"<|im_end|>", "<end_of_turn>", "<|eot_id|>",
+                                                   "<|eom_id|>", "<|endoftext|>", "<|end|>",
+                                                   "<EOT>",      "<|return|>",    "<|call|>"};
   state.eog.assign(state.pieces.size(), false);
   for (int32_t id : {state.eos, eot, eom}) {
     if (id >= 0) state.eog[id] = true;
@@ -150,7 +147,7 @@ void read_special_tokens(const GgufFile& file, Tokenizer::State& state) {
 Tokenizer Tokenizer::from_gguf(const GgufFile& file) {
   auto state = std::make_shared<State>();
   state->name = file.name();
-  const GgufValue* model = find_key(file, "tokenizer.ggml.model");
+  const GgufValue* model = file.find("tokenizer.ggml.model");
   if (model == nullptr) state->fail("missing tokenizer.ggml.model");
   const std::string model_name(
       read_key(*state, "tokenizer.ggml.model", [&] { return model->as_string(); }));
@@ -159,8 +156,8 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& file) {
   } else if (model_name == "llama") {
     state->model = TokenizerModel::SentencePiece;
   } else {
-    state->fail(absl::StrCat("unsupported tokenizer model '", model_name,
-                             "' (supported: gpt2, llama)"));
+    state->fail(
+        absl::StrCat("unsupported tokenizer model '", model_name, "' (supported: gpt2, llama)"));
   }
 
   read_vocabulary(file, *state);
@@ -172,16 +169,17 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& file) {
   }
 
   std::string chat_template;
-  if (const GgufValue* value = find_key(file, "tokenizer.chat_template")) {
+  if (const GgufValue* value = file.find("tokenizer.chat_template")) {
     chat_template = read_key(*state, "tokenizer.chat_template",
                              [&] { return std::string(value->as_string()); });
   }
   std::string architecture;
-  if (const GgufValue* value = find_key(file, "general.architecture")) {
-    architecture = read_key(*state, "general.architecture",
-                            [&] { return std::string(value->as_string()); });
+  if (const GgufValue* value = file.find("general.architecture")) {
+    architecture =
+        read_key(*state, "general.architecture", [&] { return std::string(value->as_string()); });
   }
-  state->chat_format = detect_chat_format(chat_template, architecture, state->default_system_prompt);
+  state->chat_format =
+      detect_chat_format(chat_template, architecture, state->default_system_prompt);
   return Tokenizer(std::move(state));
 }
 
@@ -236,8 +234,8 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special,
 
 void Tokenizer::check_id(int32_t id) const {
   if (id < 0 || id >= state_->vocab_size()) {
-    throw Error(absl::StrCat("[tokenizer] token id ", id, " is outside [0, ",
-                             state_->vocab_size(), ")"));
+    throw Error(
+        absl::StrCat("[tokenizer] token id ", id, " is outside [0, ", state_->vocab_size(), ")"));
   }
 }
 
@@ -290,13 +288,27 @@ bool Tokenizer::is_eog(int32_t id) const {
   return id >= 0 && id < state_->vocab_size() && state_->eog[id];
 }
 
-int32_t Tokenizer::bos() const { return state_->bos; }
-int32_t Tokenizer::eos() const { return state_->eos; }
-bool Tokenizer::add_bos() const { return state_->add_bos; }
-bool Tokenizer::add_space_prefix() const { return state_->add_space_prefix; }
-int32_t Tokenizer::vocab_size() const { return state_->vocab_size(); }
-TokenizerModel Tokenizer::model() const { return state_->model; }
-ChatFormat Tokenizer::chat_format() const { return state_->chat_format; }
+int32_t Tokenizer::bos() const {
+  return state_->bos;
+}
+int32_t Tokenizer::eos() const {
+  return state_->eos;
+}
+bool Tokenizer::add_bos() const {
+  return state_->add_bos;
+}
+bool Tokenizer::add_space_prefix() const {
+  return state_->add_space_prefix;
+}
+int32_t Tokenizer::vocab_size() const {
+  return state_->vocab_size();
+}
+TokenizerModel Tokenizer::model() const {
+  return state_->model;
+}
+ChatFormat Tokenizer::chat_format() const {
+  return state_->chat_format;
+}
 
 std::string Tokenizer::apply_chat_template(std::span<const ChatMessage> messages,
                                            bool add_generation_prompt) const {
@@ -319,7 +331,9 @@ std::string Utf8StreamBuffer::push(std::string_view bytes) {
   return ready;
 }
 
-std::string Utf8StreamBuffer::flush() { return std::exchange(pending_, std::string()); }
+std::string Utf8StreamBuffer::flush() {
+  return std::exchange(pending_, std::string());
+}
 
 std::string TokenStreamDecoder::push(int32_t id) {
   std::string text = tokenizer_.token_text(id);

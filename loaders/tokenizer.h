@@ -1,9 +1,10 @@
 // Tokenizers built from the vocabulary embedded in a GGUF file (tokenizer.ggml.* metadata):
 //
 // - byte-level BPE (tokenizer.ggml.model "gpt2", e.g. SmolLM2): text is split by special
-//   tokens, then by the pre-tokenizer named in tokenizer.ggml.pre (a hand-written matcher for
-//   the GPT-2 regex; "smollm" first isolates every digit), each word's bytes are mapped
-//   through the GPT-2 byte-to-unicode table and merged by rank (tokenizer.ggml.merges).
+//   tokens, then by the pre-tokenizer named in tokenizer.ggml.pre (hand-written matchers for
+//   the GPT-2 regex, "smollm" = GPT-2 after isolating every \p{N}, and the Llama-3 / Qwen2
+//   regexes), each word's bytes are spelled through the GPT-2 byte-to-unicode table and merged
+//   by rank (tokenizer.ggml.merges).
 // - SentencePiece-style BPE (tokenizer.ggml.model "llama", e.g. Gemma-3): spaces become
 //   U+2581 "▁" (plus a leading one when tokenizer.ggml.add_space_prefix, default true), then
 //   adjacent symbols are merged greedily, highest tokenizer.ggml.scores first, leftmost on
@@ -11,8 +12,10 @@
 //
 // In both, user-defined tokens (token type 4) are matched as whole pieces in the raw text,
 // leftmost-longest; control tokens (type 3, e.g. <|im_start|>, <start_of_turn>) only when
-// encode() is asked to parse special text. Results match Hugging Face tokenizers on the
-// goldens in tests/llm/golden.
+// encode() is asked to parse special text. Results match Hugging Face transformers on the
+// goldens in tests/llm/golden, except where transformers' GGUF conversion departs from the
+// models' own tokenizers (see tokenizer_golden_test.cc); there we follow the originals and
+// llama.cpp.
 //
 // A Tokenizer owns a copy of what it needs (the GgufFile may be closed afterwards), is
 // immutable and cheap to copy (shared state), and is safe to use from several threads.

@@ -50,11 +50,72 @@ size_t match_gpt2(const std::vector<Codepoint>& cps, size_t i, size_t end) {
   return j - i >= 2 ? j - 1 : j;
 }
 
-void split_gpt2(std::string_view text, const std::vector<Codepoint>& cps, size_t begin,
-                size_t end, std::vector<std::string_view>& words) {
+bool is_newline(char32_t cp) {
+  return cp == '\r' || cp == '\n';
+}
+
+// One match of the Llama-3 / Qwen2 regex (see PreTokenizer) at cps[i], within [i, end).
+size_t match_llama3(const std::vector<Codepoint>& cps, size_t i, size_t end, size_t max_digits) {
+  const auto lower = [](char32_t c) { return c >= 'A' && c <= 'Z' ? c + ('a' - 'A') : c; };
+  if (cps[i].cp == '\'' && i + 1 < end) {
+    const char32_t c1 = lower(cps[i + 1].cp);
+    if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') return i + 2;
+    if (i + 2 < end) {
+      const char32_t c2 = lower(cps[i + 2].cp);
+      if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l')) {
+        return i + 3;
+      }
+    }
+  }
+  const CodepointClass cls = cps[i].cls;
+  // [^\r\n\p{L}\p{N}]?\p{L}+
+  size_t k = i;
+  if (cls != CodepointClass::Letter && cls != CodepointClass::Number && !is_newline(cps[i].cp) &&
+      i + 1 < end && cps[i + 1].cls == CodepointClass::Letter) {
+    k = i + 1;
+  }
+  if (cps[k].cls == CodepointClass::Letter) {
+    while (k < end && cps[k].cls == CodepointClass::Letter) ++k;
+    return k;
+  }
+  if (cls == CodepointClass::Number) {
+    for (k = i; k < end && k - i < max_digits && cps[k].cls == CodepointClass::Number;) ++k;
+    return k;
+  }
+  // ' ?[^\s\p{L}\p{N}]+[\r\n]*'
+  k = cps[i].cp == ' ' && i + 1 < end && cps[i + 1].cls == CodepointClass::Other ? i + 1 : i;
+  if (cps[k].cls == CodepointClass::Other) {
+    while (k < end && cps[k].cls == CodepointClass::Other) ++k;
+    while (k < end && is_newline(cps[k].cp)) ++k;
+    return k;
+  }
+  // Whitespace: through its last newline (\s*[\r\n]+), else as in GPT-2.
+  size_t j = i;
+  while (j < end && cps[j].cls == CodepointClass::Whitespace) ++j;
+  for (size_t p = j; p > i; --p) {
+    if (is_newline(cps[p - 1].cp)) return p;
+  }
+  if (j == end) return end;
+  return j - i >= 2 ? j - 1 : j;
+}
+
+void split(PreTokenizer pre, std::string_view text, const std::vector<Codepoint>& cps, size_t begin,
+           size_t end, std::vector<std::string_view>& words) {
   const auto offset = [&](size_t i) { return i < cps.size() ? cps[i].offset : text.size(); };
   for (size_t i = begin; i < end;) {
-    const size_t next = match_gpt2(cps, i, end);
+    size_t next = 0;
+    switch (pre) {
+      case PreTokenizer::Gpt2:
+      case PreTokenizer::SmolLm:
+        next = match_gpt2(cps, i, end);
+        break;
+      case PreTokenizer::Llama3:
+        next = match_llama3(cps, i, end, 3);
+        break;
+      case PreTokenizer::Qwen2:
+        next = match_llama3(cps, i, end, 1);
+        break;
+    }
     words.push_back(text.substr(offset(i), offset(next) - offset(i)));
     i = next;
   }
@@ -90,16 +151,27 @@ std::string bytes_of_piece(std::string_view piece,
 }
 
 PreTokenizer pre_tokenizer_for(const Tokenizer::State& state, std::string_view name) {
-  // Groups as in llama.cpp's llama-vocab.cpp, which gives these names the same regexes.
-  for (std::string_view gpt2 : {"gpt2", "mpt", "olmo", "jais", "trillion"}) {
-    if (name == gpt2) return PreTokenizer::Gpt2;
-  }
-  for (std::string_view smollm :
-       {"smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva"}) {
-    if (name == smollm) return PreTokenizer::SmolLm;
+  // Names grouped as in llama.cpp's llama-vocab.cpp, which gives each group one regex.
+  struct Group {
+    PreTokenizer pre;
+    std::initializer_list<std::string_view> names;
+  };
+  static const Group kGroups[] = {
+      {PreTokenizer::Gpt2, {"gpt2", "mpt", "olmo", "jais", "trillion"}},
+      {PreTokenizer::SmolLm,
+       {"smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva"}},
+      {PreTokenizer::Llama3,
+       {"llama3", "llama-v3", "llama-bpe", "falcon3", "pixtral", "dbrx", "smaug-bpe"}},
+      {PreTokenizer::Qwen2, {"qwen2", "deepseek-r1-qwen", "stablelm2", "hunyuan"}},
+  };
+  for (const Group& group : kGroups) {
+    for (std::string_view candidate : group.names) {
+      if (name == candidate) return group.pre;
+    }
   }
   state.fail(absl::StrCat("unsupported pre-tokenizer '", std::string(name),
-                          "' for a gpt2 vocabulary (supported: gpt2, smollm and their aliases)"));
+                          "' for a gpt2 vocabulary (supported: gpt2, smollm, llama3, qwen2 and "
+                          "names llama.cpp treats alike)"));
 }
 
 struct Candidate {
@@ -127,8 +199,8 @@ void encode_word(const Tokenizer::State& state, std::string_view word, std::vect
   std::priority_queue<Candidate> agenda;
   const auto consider = [&](int32_t left, int32_t right) {
     if (left < 0 || right < 0 || symbols[left].id < 0 || symbols[right].id < 0) return;
-    const uint64_t key = (static_cast<uint64_t>(symbols[left].id) << 32) |
-                         static_cast<uint32_t>(symbols[right].id);
+    const uint64_t key =
+        (static_cast<uint64_t>(symbols[left].id) << 32) | static_cast<uint32_t>(symbols[right].id);
     const auto it = state.merges.find(key);
     if (it == state.merges.end()) return;
     agenda.push({it->second.rank, left, symbols[left].id, symbols[right].id});
@@ -181,16 +253,16 @@ std::vector<std::string_view> pre_tokenize(PreTokenizer pre, std::string_view te
     pos += ch.length;
   }
   std::vector<std::string_view> words;
-  if (pre == PreTokenizer::Gpt2) {
-    split_gpt2(text, cps, 0, cps.size(), words);
+  if (pre != PreTokenizer::SmolLm) {
+    split(pre, text, cps, 0, cps.size(), words);
     return words;
   }
   // SmolLm: each number code point is a piece of its own; the regex runs inside the rest.
   size_t begin = 0;
   for (size_t i = 0; i <= cps.size(); ++i) {
     if (i < cps.size() && cps[i].cls != CodepointClass::Number) continue;
-    split_gpt2(text, cps, begin, i, words);
-    if (i < cps.size()) split_gpt2(text, cps, i, i + 1, words);
+    split(pre, text, cps, begin, i, words);
+    if (i < cps.size()) split(pre, text, cps, i, i + 1, words);
     begin = i + 1;
   }
   return words;
@@ -260,7 +332,20 @@ void load_bpe_vocab(const GgufFile& file, Tokenizer::State& state) {
 }
 
 void encode_bpe(const Tokenizer::State& state, std::string_view text, std::vector<int32_t>& out) {
-  for (std::string_view word : pre_tokenize(state.pre, text)) encode_word(state, word, out);
+  const auto& table = gpt2_byte_to_codepoint();
+  std::string spelled;
+  for (std::string_view word : pre_tokenize(state.pre, text)) {
+    if (state.pre == PreTokenizer::Llama3) {  // Llama-3's ignore_merges
+      spelled.clear();
+      for (char c : word) unicode::append_utf8(spelled, table[static_cast<uint8_t>(c)]);
+      const int32_t id = state.find_piece(spelled);
+      if (id >= 0 && state.types[id] == TokenType::Normal) {
+        out.push_back(id);
+        continue;
+      }
+    }
+    encode_word(state, word, out);
+  }
 }
 
 }  // namespace tessera

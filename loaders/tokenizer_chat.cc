@@ -70,8 +70,7 @@ std::string render_gemma(std::span<const ChatMessage> messages, bool add_generat
                                "': Gemma roles must alternate user/assistant/user/..."));
     }
     const std::string role = message.role == "assistant" ? std::string("model") : message.role;
-    absl::StrAppend(&out, "<start_of_turn>", role, "\n",
-                    i == 0 ? first_user_prefix : std::string(),
+    absl::StrAppend(&out, "<start_of_turn>", role, "\n", i == 0 ? first_user_prefix : std::string(),
                     std::string(trim(message.content)), "<end_of_turn>\n");
   }
   if (add_generation_prompt) out += "<start_of_turn>model\n";

@@ -79,8 +79,8 @@ void emit_symbol(const Tokenizer::State& state, std::string_view piece, std::vec
   } else if (state.unk >= 0) {
     out.push_back(state.unk);
   } else {
-    state.fail(absl::StrCat("no token, byte token or unknown token for '", std::string(piece),
-                            "'"));
+    state.fail(
+        absl::StrCat("no token, byte token or unknown token for '", std::string(piece), "'"));
   }
 }
 

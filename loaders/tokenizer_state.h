@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -13,9 +14,14 @@
 
 namespace tessera {
 
+// The pre-tokenizer regexes, as llama.cpp groups tokenizer.ggml.pre names.
 enum class PreTokenizer : uint8_t {
   Gpt2,    // 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
   SmolLm,  // every \p{N} on its own, then Gpt2 on each piece
+  // (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|
+  // \s*[\r\n]+|\s+(?!\S)|\s+ ; a word that is itself a token skips the merges.
+  Llama3,
+  Qwen2,  // Llama3 with \p{N} instead of \p{N}{1,3}, and merges always applied
 };
 
 struct BpeMerge {
