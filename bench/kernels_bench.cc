@@ -10,7 +10,10 @@
 // Every configuration runs with 1 and 2 threads (a child process per thread count, since the
 // pool's size is fixed per process by TESSERA_THREADS).
 //
-// Usage: kernels_bench [--threads N] [--small-pages] [--quick]
+// Usage: kernels_bench [--threads N] [--isa portable|avx2] [--small-pages] [--hot] [--cpu-time]
+//                      [--quick] [--only TEXT]
+// (--only runs the configurations whose label, e.g. "linear q4_K decode" or "attention gemma3
+// prefill", contains TEXT.)
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -21,6 +24,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <memory>
 #include <random>
 #include <string>
@@ -38,7 +42,14 @@ namespace {
 struct Options {
   bool small_pages = false;
   bool quick = false;
+  bool hot = false;       // one copy of each matrix: weights stay in cache (compute-bound figures)
+  bool cpu_time = false;  // time by this process's CPU time (for a busy machine, 1 thread)
+  std::string only;       // run configurations whose label contains this
 };
+
+bool selected(const Options& options, const std::string& label) {
+  return options.only.empty() || label.find(options.only) != std::string::npos;
+}
 
 // Random-ish but well-formed blocks: every f16 scale field holds a small positive value.
 void fill_weights(DType dtype, uint8_t* bytes, int64_t size, std::mt19937_64& rng) {
@@ -51,11 +62,17 @@ void fill_weights(DType dtype, uint8_t* bytes, int64_t size, std::mt19937_64& rn
   for (int64_t b = 0; b + block_bytes <= size; b += block_bytes) {
     uint8_t* p = bytes + b;
     switch (dtype) {
-      case DType::Q6_K: std::memcpy(p + 208, &scale, 2); break;
-      case DType::Q4_1: case DType::Q5_1: case DType::Q4_K: case DType::Q5_K:
+      case DType::Q6_K:
+        std::memcpy(p + 208, &scale, 2);
+        break;
+      case DType::Q4_1:
+      case DType::Q5_1:
+      case DType::Q4_K:
+      case DType::Q5_K:
         std::memcpy(p + 2, &scale, 2);
         [[fallthrough]];
-      default: std::memcpy(p, &scale, 2);
+      default:
+        std::memcpy(p, &scale, 2);
     }
   }
 }
@@ -73,20 +90,31 @@ std::shared_ptr<uint8_t> weight_memory(int64_t bytes, const Options& options) {
   return std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p), [](uint8_t* q) { std::free(q); });
 }
 
+bool g_cpu_time = false;
+
+double now_seconds() {
+  if (!g_cpu_time)
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
 // Runs fn repeatedly for about `seconds` after a warm-up; returns the mean seconds per call
-// of the best of three rounds.
+// of the best of five rounds.
 template <class F>
 double time_calls(F&& fn, double seconds) {
   for (int i = 0; i < 3; ++i) fn();
   double best = 1e30;
-  for (int round = 0; round < 3; ++round) {
+  for (int round = 0; round < 5; ++round) {
     int64_t calls = 0;
-    const auto start = std::chrono::steady_clock::now();
+    const double start = now_seconds();
     double elapsed = 0;
-    while (elapsed < seconds / 3) {
+    while (elapsed < seconds / 5) {
       fn();
       ++calls;
-      elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      elapsed = now_seconds() - start;
     }
     best = std::min(best, elapsed / static_cast<double>(calls));
   }
@@ -94,8 +122,12 @@ double time_calls(F&& fn, double seconds) {
 }
 
 void bench_linear(DType dtype, int64_t k, int64_t n, int64_t m, const Options& options) {
+  if (!selected(options,
+                std::string("linear ") + dtype_name(dtype) + (m == 1 ? " decode" : " prefill")))
+    return;
   const int64_t matrix_bytes = dtype_bytes(dtype, n * k);
-  const int64_t copies = std::max<int64_t>(2, ((96ll << 20) + matrix_bytes - 1) / matrix_bytes);
+  const int64_t copies =
+      options.hot ? 1 : std::max<int64_t>(2, ((96ll << 20) + matrix_bytes - 1) / matrix_bytes);
   std::shared_ptr<uint8_t> memory = weight_memory(matrix_bytes * copies, options);
   std::mt19937_64 rng(static_cast<uint64_t>(k * 131 + n));
   fill_weights(dtype, memory.get(), matrix_bytes * copies, rng);
@@ -103,7 +135,8 @@ void bench_linear(DType dtype, int64_t k, int64_t n, int64_t m, const Options& o
   Tensor x = g.input("x", {m, k}, DType::F32);
   std::vector<NodeId> nodes;
   for (int64_t c = 0; c < copies; ++c)
-    nodes.push_back(linear(x, g.constant_external({n, k}, dtype, memory.get() + c * matrix_bytes, memory)).id);
+    nodes.push_back(
+        linear(x, g.constant_external({n, k}, dtype, memory.get() + c * matrix_bytes, memory)).id);
   std::vector<float> xs(static_cast<size_t>(m * k)), out(static_cast<size_t>(m * n));
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   for (float& v : xs) v = u(rng);
@@ -116,8 +149,10 @@ void bench_linear(DType dtype, int64_t k, int64_t n, int64_t m, const Options& o
       [&] {
         const Node& node = g.node(nodes[static_cast<size_t>(next)]);
         next = (next + 1) % copies;
-        const TensorView views[2] = {x_view, dense_view(const_cast<void*>(g.constant_data(g.node(node.inputs[1]).constant).data),
-                                                        dtype, Box{{0, n}, {0, k}})};
+        const TensorView views[2] = {
+            x_view,
+            dense_view(const_cast<void*>(g.constant_data(g.node(node.inputs[1]).constant).data),
+                       dtype, Box{{0, n}, {0, k}})};
         (void)kernel(KernelArgs{g, node, views, out_view, box});
       },
       options.quick ? 0.15 : 0.6);
@@ -125,12 +160,15 @@ void bench_linear(DType dtype, int64_t k, int64_t n, int64_t m, const Options& o
   const double bytes = static_cast<double>(matrix_bytes + 4 * m * (k + n));
   std::printf("linear %-5s K=%5lld N=%6lld M=%4lld  %9.1f us  %7.1f GFLOP/s  %6.1f GB/s\n",
               dtype_name(dtype), static_cast<long long>(k), static_cast<long long>(n),
-              static_cast<long long>(m), seconds * 1e6, flops / seconds * 1e-9, bytes / seconds * 1e-9);
+              static_cast<long long>(m), seconds * 1e6, flops / seconds * 1e-9,
+              bytes / seconds * 1e-9);
 }
 
 // q [T, hq, d], k/v [T, hkv, d]; computes rows [first_row, T) of every head.
 void bench_attention(const char* model, int64_t hq, int64_t hkv, int64_t d, int64_t context,
                      int64_t rows, const Options& options) {
+  if (!selected(options, std::string("attention ") + model + (rows == 1 ? " decode" : " prefill")))
+    return;
   Graph g;
   Tensor q = g.input("q", {context, hq, d}, DType::F32);
   Tensor k = g.input("k", {context, hkv, d}, DType::F32);
@@ -151,22 +189,30 @@ void bench_attention(const char* model, int64_t hq, int64_t hkv, int64_t d, int6
   TensorView out_view = dense_view(out.data(), DType::F32, Box::full(a.shape()));
   const KernelFn kernel = cpu::optimised_kernel(g, a.node());
   const Box box{{context - rows, context}, {0, hq}, {0, d}};
-  const double seconds = time_calls([&] { (void)kernel(KernelArgs{g, a.node(), views, out_view, box}); },
-                                    options.quick ? 0.15 : 0.5);
+  const double seconds = time_calls(
+      [&] {
+        (void)kernel(KernelArgs{g, a.node(), views, out_view, box});
+      },
+      options.quick ? 0.15 : 0.5);
   // Visible keys summed over the rows; each costs a D-long dot product and a D-long axpy.
   double keys = 0;
   for (int64_t t = context - rows; t < context; ++t) keys += static_cast<double>(t + 1);
   const double flops = 4.0 * static_cast<double>(hq * d) * keys;
   const double bytes = 4.0 * static_cast<double>(2 * hkv * d * context + 2 * rows * hq * d);
-  std::printf("attention %-8s hq=%lld hkv=%lld D=%3lld ctx=%5lld rows=%4lld  %9.1f us  %7.1f GFLOP/s  %6.1f GB/s\n",
-              model, static_cast<long long>(hq), static_cast<long long>(hkv), static_cast<long long>(d),
-              static_cast<long long>(context), static_cast<long long>(rows), seconds * 1e6,
-              flops / seconds * 1e-9, bytes / seconds * 1e-9);
+  std::printf(
+      "attention %-8s hq=%lld hkv=%lld D=%3lld ctx=%5lld rows=%4lld  %9.1f us  %7.1f GFLOP/s  "
+      "%6.1f GB/s\n",
+      model, static_cast<long long>(hq), static_cast<long long>(hkv), static_cast<long long>(d),
+      static_cast<long long>(context), static_cast<long long>(rows), seconds * 1e6,
+      flops / seconds * 1e-9, bytes / seconds * 1e-9);
 }
 
 void run_suite(const Options& options) {
-  std::printf("== %d thread(s), isa %s, %s pages ==\n", cpu::ThreadPool::global().size(),
-              cpu::isa_name(cpu::detected_isa()), options.small_pages ? "small" : "huge");
+  std::printf("== %d thread(s), isa %s, %s pages, weights %s ==\n",
+              cpu::ThreadPool::global().size(), cpu::isa_name(cpu::detected_isa()),
+              options.small_pages ? "small" : "huge",
+              options.hot ? "cache-resident (--hot)" : "streamed from memory");
+  if (options.cpu_time) std::printf("(times are process CPU time per call)\n");
   const int64_t shapes[][2] = {{576, 1536}, {1536, 576}, {640, 2048}, {576, 49152}};
   for (DType dtype : {DType::Q4_1, DType::Q4_K, DType::Q6_K, DType::Q8_0})
     for (const auto& shape : shapes) {
@@ -189,11 +235,26 @@ int main(int argc, char** argv) {
   int threads = 0;  // 0: both 1 and 2, in child processes
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--small-pages") options.small_pages = true;
-    else if (arg == "--quick") options.quick = true;
-    else if (arg == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
+    if (arg == "--small-pages")
+      options.small_pages = true;
+    else if (arg == "--quick")
+      options.quick = true;
+    else if (arg == "--hot")
+      options.hot = true;
+    else if (arg == "--cpu-time")
+      g_cpu_time = options.cpu_time = true;
+    else if (arg == "--threads" && i + 1 < argc)
+      threads = std::atoi(argv[++i]);
+    else if (arg == "--only" && i + 1 < argc)
+      options.only = argv[++i];
+    else if (arg == "--isa" && i + 1 < argc)
+      setenv("TESSERA_CPU_ISA", argv[++i], 1);
     else {
-      std::fprintf(stderr, "usage: %s [--threads N] [--small-pages] [--quick]\n", argv[0]);
+      std::fprintf(
+          stderr,
+          "usage: %s [--threads N] [--isa portable|avx2] [--small-pages] [--hot] [--cpu-time] "
+          "[--quick] [--only TEXT]\n",
+          argv[0]);
       return 2;
     }
   }

@@ -16,8 +16,10 @@ then renamed/re-laid out for the HF module (Llama: q/k rows un-permuted; Gemma-3
 from every *norm.weight, because llama.cpp's converter stores Gemma's (1 + w) RMSNorm weights as
 1 + w). The model then runs as an ordinary float32 nn.Module. The tokenizers are the fast
 (`tokenizers`) ones transformers builds from the GGUF's tokenizer.ggml.* metadata.
-Both files load with transformers, so no fallback (llama-cpp-python) was needed; the JSON files
-record `implementation` and the package versions actually used.
+Both files load with transformers, so no fallback was needed: every golden value comes from
+transformers; the JSON files record `implementation` and the package versions actually used.
+With --llama-cpp, llama-cpp-python (llama.cpp's own quantised kernels and tokenizer) is run on the
+same ids and its agreement is stored under `crosscheck_llama_cpp` (never used as golden values).
 
 Independent cross-checks stored in the tokenizer goldens (they do not change the golden ids):
   * SmolLM2: a `tokenizers` BPE built from the same vocab/merges but with SmolLM2's real
@@ -29,10 +31,12 @@ Gemma-3's GGUF has no tokenizer.chat_template, so the script supplies Google's G
 (GEMMA3_CHAT_TEMPLATE below, the one in google/gemma-3-*'s tokenizer_config.json). SmolLM2's
 template comes from the GGUF.
 
-Usage (CPU only, no network needed; takes a few minutes):
+Usage (CPU only, no network needed; ~10 minutes on 2 cores; see tests/llm/golden/README.md):
   python3 -m venv .venv   # if absent
   .venv/bin/pip install torch transformers gguf numpy sentencepiece protobuf
-  HF_HUB_OFFLINE=1 .venv/bin/python scripts/reference_logits.py [--model smollm2|gemma3] [--tokenizer-only]
+  .venv/bin/pip install llama-cpp-python   # only for --llama-cpp (compiles llama.cpp)
+  HF_HUB_OFFLINE=1 .venv/bin/python scripts/reference_logits.py --llama-cpp \
+      [--model smollm2|gemma3] [--tokenizer-only]
 """
 from __future__ import annotations
 

@@ -35,9 +35,9 @@ struct AttentionRow {
   const float* k = nullptr;  // key `first`; key first + i at k + i * k_stride
   const float* v = nullptr;  // key `first`, the box's first column; v_stride between keys
   int64_t k_stride = 0, v_stride = 0;
-  int64_t keys = 0;     // visible keys (last - first)
-  int64_t dim = 0;      // D
-  int64_t columns = 0;  // output columns (from the box's first)
+  int64_t keys = 0;      // visible keys (last - first)
+  int64_t dim = 0;       // D
+  int64_t columns = 0;   // output columns (from the box's first)
   float* out = nullptr;  // the box's first column of this row
   int64_t out_step = 1;
   float scale = 1, softcap = 0;
@@ -88,19 +88,23 @@ TESSERA_AVX2_BEGIN
 template <int kCount>
 void dots_avx2(const float* q, const float* k, int64_t k_stride, int64_t dim, float* out) {
   __m256 acc[kCount];
+#pragma GCC unroll 8
   for (int i = 0; i < kCount; ++i) acc[i] = _mm256_setzero_ps();
   int64_t d = 0;
   for (; d + 8 <= dim; d += 8) {
     const __m256 qv = _mm256_loadu_ps(q + d);
+#pragma GCC unroll 8
     for (int i = 0; i < kCount; ++i)
       acc[i] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + i * k_stride + d), acc[i]);
   }
   if (d < dim) {
     const __m256i mask = avx2::tail_mask(dim - d);
     const __m256 qv = _mm256_maskload_ps(q + d, mask);
+#pragma GCC unroll 8
     for (int i = 0; i < kCount; ++i)
       acc[i] = _mm256_fmadd_ps(qv, _mm256_maskload_ps(k + i * k_stride + d, mask), acc[i]);
   }
+#pragma GCC unroll 8
   for (int i = 0; i < kCount; ++i) out[i] = avx2::hsum(acc[i]);
 }
 
@@ -108,11 +112,13 @@ void dots_avx2(const float* q, const float* k, int64_t k_stride, int64_t dim, fl
 template <int kVectors>
 void weighted_sum_avx2(const AttentionRow& r, int64_t j0, int64_t columns, float sum) {
   __m256 acc[kVectors];
+#pragma GCC unroll 8
   for (int c = 0; c < kVectors; ++c) acc[c] = _mm256_setzero_ps();
   const __m256i mask = avx2::tail_mask(columns - 8 * (kVectors - 1));
   const float* v = r.v + j0;
   for (int64_t i = 0; i < r.keys; ++i, v += r.v_stride) {
     const __m256 p = _mm256_set1_ps(r.scores[i]);
+#pragma GCC unroll 8
     for (int c = 0; c + 1 < kVectors; ++c)
       acc[c] = _mm256_fmadd_ps(p, _mm256_loadu_ps(v + 8 * c), acc[c]);
     acc[kVectors - 1] =
@@ -120,13 +126,16 @@ void weighted_sum_avx2(const AttentionRow& r, int64_t j0, int64_t columns, float
   }
   const __m256 denominator = _mm256_set1_ps(sum);
   alignas(32) float result[8 * kVectors];
-  for (int c = 0; c < kVectors; ++c) _mm256_store_ps(result + 8 * c, _mm256_div_ps(acc[c], denominator));
+#pragma GCC unroll 8
+  for (int c = 0; c < kVectors; ++c)
+    _mm256_store_ps(result + 8 * c, _mm256_div_ps(acc[c], denominator));
   for (int64_t j = 0; j < columns; ++j) r.out[(j0 + j) * r.out_step] = result[j];
 }
 
 void row_avx2(const AttentionRow& r) {
   int64_t i = 0;
-  for (; i + 8 <= r.keys; i += 8) dots_avx2<8>(r.q, r.k + i * r.k_stride, r.k_stride, r.dim, r.scores + i);
+  for (; i + 8 <= r.keys; i += 8)
+    dots_avx2<8>(r.q, r.k + i * r.k_stride, r.k_stride, r.dim, r.scores + i);
   for (; i < r.keys; ++i) dots_avx2<1>(r.q, r.k + i * r.k_stride, r.k_stride, r.dim, r.scores + i);
   float max = -std::numeric_limits<float>::infinity();
   for (i = 0; i < r.keys; ++i) {
@@ -148,14 +157,30 @@ void row_avx2(const AttentionRow& r) {
   for (int64_t j0 = 0; j0 < r.columns; j0 += 64) {
     const int64_t columns = std::min<int64_t>(64, r.columns - j0);
     switch ((columns + 7) / 8) {
-      case 1: weighted_sum_avx2<1>(r, j0, columns, sum); break;
-      case 2: weighted_sum_avx2<2>(r, j0, columns, sum); break;
-      case 3: weighted_sum_avx2<3>(r, j0, columns, sum); break;
-      case 4: weighted_sum_avx2<4>(r, j0, columns, sum); break;
-      case 5: weighted_sum_avx2<5>(r, j0, columns, sum); break;
-      case 6: weighted_sum_avx2<6>(r, j0, columns, sum); break;
-      case 7: weighted_sum_avx2<7>(r, j0, columns, sum); break;
-      default: weighted_sum_avx2<8>(r, j0, columns, sum); break;
+      case 1:
+        weighted_sum_avx2<1>(r, j0, columns, sum);
+        break;
+      case 2:
+        weighted_sum_avx2<2>(r, j0, columns, sum);
+        break;
+      case 3:
+        weighted_sum_avx2<3>(r, j0, columns, sum);
+        break;
+      case 4:
+        weighted_sum_avx2<4>(r, j0, columns, sum);
+        break;
+      case 5:
+        weighted_sum_avx2<5>(r, j0, columns, sum);
+        break;
+      case 6:
+        weighted_sum_avx2<6>(r, j0, columns, sum);
+        break;
+      case 7:
+        weighted_sum_avx2<7>(r, j0, columns, sum);
+        break;
+      default:
+        weighted_sum_avx2<8>(r, j0, columns, sum);
+        break;
     }
   }
 }
@@ -197,7 +222,8 @@ void run_rows(const AttentionJob& job, int64_t begin, int64_t end) {
   for (int64_t r = begin; r < end; ++r) {
     job.rows->index(r, index);
     const int64_t t = index[row], h = index[head];
-    const int64_t first = job.causal && job.window > 0 ? std::max<int64_t>(0, t - job.window + 1) : 0;
+    const int64_t first =
+        job.causal && job.window > 0 ? std::max<int64_t>(0, t - job.window + 1) : 0;
     const int64_t last = job.causal ? t + 1 : job.keys;
     AttentionRow a;
     a.keys = last - first;
@@ -207,7 +233,8 @@ void run_rows(const AttentionJob& job, int64_t begin, int64_t end) {
     a.softcap = job.softcap;
     a.out = args.out.at<float>(index);
     a.out_step = args.out.strides[col];
-    const size_t need = static_cast<size_t>(a.keys + 8 + (contiguous ? 0 : job.dim * (a.keys + 1) + columns * a.keys));
+    const size_t need = static_cast<size_t>(
+        a.keys + 8 + (contiguous ? 0 : job.dim * (a.keys + 1) + columns * a.keys));
     if (scratch.size() < need) scratch.resize(need);
     a.scores = scratch.data();
     index[col] = 0;
@@ -260,10 +287,14 @@ absl::Status attention_f32(const KernelArgs& args) {
   const BoxRows rows(args.box);
   job.rows = &rows;
   // Work of the longest row in the box bounds every row's.
-  const int64_t longest = job.causal ? std::min(args.box.end(row), job.window > 0 ? job.window : job.keys) : job.keys;
+  const int64_t longest =
+      job.causal ? std::min(args.box.end(row), job.window > 0 ? job.window : job.keys) : job.keys;
   const int64_t row_work = std::max<int64_t>(1, longest * (job.dim + args.box.extent(col)));
-  const std::function<void(int64_t, int64_t)> body = [&job](int64_t b, int64_t e) { run_rows(job, b, e); };
-  ThreadPool::global().parallel_for(rows.count(), std::max<int64_t>(1, kMinChunkWork / row_work), body);
+  const std::function<void(int64_t, int64_t)> body = [&job](int64_t b, int64_t e) {
+    run_rows(job, b, e);
+  };
+  ThreadPool::global().parallel_for(rows.count(), std::max<int64_t>(1, kMinChunkWork / row_work),
+                                    body);
   return absl::OkStatus();
 }
 
@@ -273,7 +304,7 @@ KernelFn attention_kernel(const Graph& graph, const Node& node, Isa isa) {
   for (NodeId in : node.inputs)
     if (graph.node(in).dtype != DType::F32) return nullptr;
 #if TESSERA_HAVE_AVX2_PATHS
-  if (isa == Isa::Avx2) return attention_f32<row_avx2>;
+  if (isa != Isa::Portable) return attention_f32<row_avx2>;
 #endif
   (void)isa;
   return attention_f32<row_portable>;

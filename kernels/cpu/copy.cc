@@ -54,7 +54,8 @@ absl::Status reshape_copy(const KernelArgs& args) {
   for (int64_t r = 0; r < rows.count(); ++r) {
     rows.index(r, out_index);
     int64_t linear = 0;
-    for (int d = 0; d < out_rank; ++d) linear = linear * out_shape[static_cast<size_t>(d)] + out_index[d];
+    for (int d = 0; d < out_rank; ++d)
+      linear = linear * out_shape[static_cast<size_t>(d)] + out_index[d];
     std::byte* dst = element(args.out, out_index, size);
     for (int64_t done = 0; done < width;) {
       int64_t rest = linear + done;
@@ -63,7 +64,8 @@ absl::Status reshape_copy(const KernelArgs& args) {
         rest /= in_shape[static_cast<size_t>(d)];
       }
       const int64_t run = std::min(width - done, in_row - in_index[in_rank - 1]);
-      copy_run(dst + done * out_step * size, out_step, element(in, in_index, size), in_step, run, size);
+      copy_run(dst + done * out_step * size, out_step, element(in, in_index, size), in_step, run,
+               size);
       done += run;
     }
   }
@@ -97,8 +99,8 @@ absl::Status gather_rows(const KernelArgs& args) {
     if (id < 0 || id >= table.shape[0]) return id_error(id, table.shape[0]);
     table_index[0] = id;
     for (int d = idx_rank; d < rank; ++d) table_index[d - idx_rank + 1] = index[d];
-    copy_run(element(args.out, index, size), args.out.strides[last], element(values, table_index, size),
-             values.strides[table.rank() - 1], width, size);
+    copy_run(element(args.out, index, size), args.out.strides[last],
+             element(values, table_index, size), values.strides[table.rank() - 1], width, size);
   }
   return absl::OkStatus();
 }
@@ -111,7 +113,8 @@ absl::Status gather_quantized(const KernelArgs& args) {
   const Node& table = args.graph.node(args.node.inputs[0]);
   const int last = args.node.rank() - 1;
   const int64_t dim = table.shape[1], block = dtype_block_size(table.dtype);
-  const int64_t block_bytes = dtype_block_bytes(table.dtype), row_bytes = dtype_bytes(table.dtype, dim);
+  const int64_t block_bytes = dtype_block_bytes(table.dtype),
+                row_bytes = dtype_bytes(table.dtype, dim);
   const quant::BlockDequantizer dequantize = quant::block_dequantizer(table.dtype);
   const auto* data = static_cast<const uint8_t*>(args.inputs[0].data);
   const int64_t row_origin = args.inputs[0].extent.begin(0);

@@ -7,11 +7,20 @@ namespace tessera::cpu {
 
 bool isa_supported(Isa isa) {
   switch (isa) {
-    case Isa::Portable: return true;
+    case Isa::Portable:
+      return true;
     case Isa::Avx2:
-#if defined(__x86_64__) || defined(__i386__)
+#if defined(__x86_64__)
       return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
              __builtin_cpu_supports("f16c");
+#else
+      return false;
+#endif
+    case Isa::Avx512:
+#if defined(__x86_64__)
+      return isa_supported(Isa::Avx2) && __builtin_cpu_supports("avx512f") &&
+             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+             __builtin_cpu_supports("avx512dq");
 #else
       return false;
 #endif
@@ -21,27 +30,49 @@ bool isa_supported(Isa isa) {
 
 Isa detected_isa() {
   static const Isa isa = [] {
-    const char* forced = std::getenv("TESSERA_CPU_ISA");
-    if (forced != nullptr && std::strcmp(forced, "portable") == 0) return Isa::Portable;
+    const char* cap = std::getenv("TESSERA_CPU_ISA");
+    if (cap != nullptr && std::strcmp(cap, "portable") == 0) return Isa::Portable;
+    const bool avx2_cap = cap != nullptr && std::strcmp(cap, "avx2") == 0;
+    if (!avx2_cap && isa_supported(Isa::Avx512)) return Isa::Avx512;
     return isa_supported(Isa::Avx2) ? Isa::Avx2 : Isa::Portable;
   }();
   return isa;
 }
 
-const char* isa_name(Isa isa) { return isa == Isa::Avx2 ? "avx2" : "portable"; }
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::Portable:
+      return "portable";
+    case Isa::Avx2:
+      return "avx2";
+    case Isa::Avx512:
+      return "avx512";
+  }
+  return "?";
+}
 
 KernelFn optimised_kernel_for(const Graph& graph, const Node& node, Isa isa) {
   switch (node.kind) {
-    case OpKind::Matmul: return matmul_kernel(graph, node, isa);
-    case OpKind::Linear: return linear_kernel(graph, node, isa);
-    case OpKind::Attention: return attention_kernel(graph, node, isa);
-    case OpKind::Unary: return unary_kernel(graph, node, isa);
-    case OpKind::Binary: return binary_kernel(graph, node, isa);
-    case OpKind::RmsNorm: return rms_norm_kernel(graph, node, isa);
-    case OpKind::Rope: return rope_kernel(graph, node, isa);
-    case OpKind::Reshape: return reshape_kernel(graph, node, isa);
-    case OpKind::Gather: return gather_kernel(graph, node, isa);
-    default: return nullptr;
+    case OpKind::Matmul:
+      return matmul_kernel(graph, node, isa);
+    case OpKind::Linear:
+      return linear_kernel(graph, node, isa);
+    case OpKind::Attention:
+      return attention_kernel(graph, node, isa);
+    case OpKind::Unary:
+      return unary_kernel(graph, node, isa);
+    case OpKind::Binary:
+      return binary_kernel(graph, node, isa);
+    case OpKind::RmsNorm:
+      return rms_norm_kernel(graph, node, isa);
+    case OpKind::Rope:
+      return rope_kernel(graph, node, isa);
+    case OpKind::Reshape:
+      return reshape_kernel(graph, node, isa);
+    case OpKind::Gather:
+      return gather_kernel(graph, node, isa);
+    default:
+      return nullptr;
   }
 }
 

@@ -11,11 +11,13 @@
 
 namespace tessera::cpu {
 
-// Instruction sets with their own code paths. Portable code is plain C++ (any target).
-enum class Isa { Portable, Avx2 };
+// Instruction sets with their own code paths. Portable code is plain C++ (any target); AVX2
+// means AVX2 + FMA + F16C; AVX-512 means F, BW, VL and DQ on top (used by linear; the other
+// kernels run their AVX2 code under it).
+enum class Isa { Portable, Avx2, Avx512 };
 
-// The best instruction set of this CPU (AVX2 + FMA + F16C), decided once per process.
-// TESSERA_CPU_ISA=portable in the environment forces the portable paths.
+// The best instruction set of this CPU, decided once per process. TESSERA_CPU_ISA=portable or
+// =avx2 in the environment caps it.
 Isa detected_isa();
 bool isa_supported(Isa isa);
 const char* isa_name(Isa isa);

@@ -24,36 +24,64 @@ constexpr int64_t kMinChunkWork = 1 << 14;  // elements per parallel chunk, at l
 
 // ---- element functions: a scalar form (portable) and an 8-lane form (AVX2) -------------------
 
-float sigmoid_scalar(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+float sigmoid_scalar(float x) {
+  return 1.0f / (1.0f + std::exp(-x));
+}
 
 float unary_scalar(UnaryFn fn, float x) {
   switch (fn) {
-    case UnaryFn::Neg: return -x;
-    case UnaryFn::Exp: return std::exp(x);
-    case UnaryFn::Sqrt: return std::sqrt(x);
-    case UnaryFn::Rsqrt: return 1.0f / std::sqrt(x);
-    case UnaryFn::Abs: return std::fabs(x);
-    case UnaryFn::Reciprocal: return 1.0f / x;
-    case UnaryFn::Relu: return x > 0 ? x : 0.0f;
-    case UnaryFn::Sigmoid: return sigmoid_scalar(x);
-    case UnaryFn::Tanh: return std::tanh(x);
+    case UnaryFn::Neg:
+      return -x;
+    case UnaryFn::Exp:
+      return std::exp(x);
+    case UnaryFn::Sqrt:
+      return std::sqrt(x);
+    case UnaryFn::Rsqrt:
+      return 1.0f / std::sqrt(x);
+    case UnaryFn::Abs:
+      return std::fabs(x);
+    case UnaryFn::Reciprocal:
+      return 1.0f / x;
+    case UnaryFn::Relu:
+      return x > 0 ? x : 0.0f;
+    case UnaryFn::Sigmoid:
+      return sigmoid_scalar(x);
+    case UnaryFn::Tanh:
+      return std::tanh(x);
     case UnaryFn::GeluTanh:
       return 0.5f * x * (1.0f + std::tanh(0.7978845608028654f * (x + 0.044715f * x * x * x)));
-    case UnaryFn::GeluErf: return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f));
-    case UnaryFn::Silu: return x / (1.0f + std::exp(-x));
-    case UnaryFn::Floor: return std::floor(x);
-    case UnaryFn::Ceil: return std::ceil(x);
-    case UnaryFn::Round: return std::nearbyint(x);
-    default: return x;
+    case UnaryFn::GeluErf:
+      return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f));
+    case UnaryFn::Silu:
+      return x / (1.0f + std::exp(-x));
+    case UnaryFn::Floor:
+      return std::floor(x);
+    case UnaryFn::Ceil:
+      return std::ceil(x);
+    case UnaryFn::Round:
+      return std::nearbyint(x);
+    default:
+      return x;
   }
 }
 
 bool unary_covered(UnaryFn fn) {
   switch (fn) {
-    case UnaryFn::Neg: case UnaryFn::Exp: case UnaryFn::Sqrt: case UnaryFn::Rsqrt:
-    case UnaryFn::Abs: case UnaryFn::Reciprocal: case UnaryFn::Relu: case UnaryFn::Sigmoid:
-    case UnaryFn::Tanh: case UnaryFn::GeluTanh: case UnaryFn::GeluErf: case UnaryFn::Silu:
-    case UnaryFn::Floor: case UnaryFn::Ceil: case UnaryFn::Round:
+    case UnaryFn::Neg:
+    case UnaryFn::Exp:
+    case UnaryFn::Sqrt:
+    case UnaryFn::Rsqrt:
+    case UnaryFn::Abs:
+    case UnaryFn::Reciprocal:
+    case UnaryFn::Relu:
+    case UnaryFn::Sigmoid:
+    case UnaryFn::Tanh:
+    case UnaryFn::GeluTanh:
+    case UnaryFn::GeluErf:
+    case UnaryFn::Silu:
+    case UnaryFn::Floor:
+    case UnaryFn::Ceil:
+    case UnaryFn::Round:
       return true;
     default:
       return false;
@@ -62,20 +90,31 @@ bool unary_covered(UnaryFn fn) {
 
 float binary_scalar(BinaryFn fn, float a, float b) {
   switch (fn) {
-    case BinaryFn::Add: return a + b;
-    case BinaryFn::Sub: return a - b;
-    case BinaryFn::Mul: return a * b;
-    case BinaryFn::Div: return a / b;
-    case BinaryFn::Minimum: return std::isnan(a) || std::isnan(b) ? a + b : std::min(a, b);
-    case BinaryFn::Maximum: return std::isnan(a) || std::isnan(b) ? a + b : std::max(a, b);
-    default: return 0;
+    case BinaryFn::Add:
+      return a + b;
+    case BinaryFn::Sub:
+      return a - b;
+    case BinaryFn::Mul:
+      return a * b;
+    case BinaryFn::Div:
+      return a / b;
+    case BinaryFn::Minimum:
+      return std::isnan(a) || std::isnan(b) ? a + b : std::min(a, b);
+    case BinaryFn::Maximum:
+      return std::isnan(a) || std::isnan(b) ? a + b : std::max(a, b);
+    default:
+      return 0;
   }
 }
 
 bool binary_covered(BinaryFn fn) {
   switch (fn) {
-    case BinaryFn::Add: case BinaryFn::Sub: case BinaryFn::Mul: case BinaryFn::Div:
-    case BinaryFn::Minimum: case BinaryFn::Maximum:
+    case BinaryFn::Add:
+    case BinaryFn::Sub:
+    case BinaryFn::Mul:
+    case BinaryFn::Div:
+    case BinaryFn::Minimum:
+    case BinaryFn::Maximum:
       return true;
     default:
       return false;
@@ -100,15 +139,24 @@ __attribute__((always_inline)) inline __m256 unary_vector(UnaryFn fn, __m256 x) 
   const __m256 one = _mm256_set1_ps(1.0f), half = _mm256_set1_ps(0.5f);
   const __m256 sign = _mm256_set1_ps(-0.0f);
   switch (fn) {
-    case UnaryFn::Neg: return _mm256_xor_ps(x, sign);
-    case UnaryFn::Exp: return avx2::exp(x);
-    case UnaryFn::Sqrt: return _mm256_sqrt_ps(x);
-    case UnaryFn::Rsqrt: return _mm256_div_ps(one, _mm256_sqrt_ps(x));
-    case UnaryFn::Abs: return _mm256_andnot_ps(sign, x);
-    case UnaryFn::Reciprocal: return _mm256_div_ps(one, x);
-    case UnaryFn::Relu: return _mm256_max_ps(x, _mm256_setzero_ps());  // NaN -> 0, as reference
-    case UnaryFn::Sigmoid: return _mm256_div_ps(one, _mm256_add_ps(one, avx2::exp(_mm256_xor_ps(x, sign))));
-    case UnaryFn::Tanh: return avx2::tanh(x);
+    case UnaryFn::Neg:
+      return _mm256_xor_ps(x, sign);
+    case UnaryFn::Exp:
+      return avx2::exp(x);
+    case UnaryFn::Sqrt:
+      return _mm256_sqrt_ps(x);
+    case UnaryFn::Rsqrt:
+      return _mm256_div_ps(one, _mm256_sqrt_ps(x));
+    case UnaryFn::Abs:
+      return _mm256_andnot_ps(sign, x);
+    case UnaryFn::Reciprocal:
+      return _mm256_div_ps(one, x);
+    case UnaryFn::Relu:
+      return _mm256_max_ps(x, _mm256_setzero_ps());  // NaN -> 0, as reference
+    case UnaryFn::Sigmoid:
+      return _mm256_div_ps(one, _mm256_add_ps(one, avx2::exp(_mm256_xor_ps(x, sign))));
+    case UnaryFn::Tanh:
+      return avx2::tanh(x);
     case UnaryFn::GeluTanh: {
       const __m256 cube = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
       const __m256 inner = _mm256_mul_ps(_mm256_set1_ps(0.7978845608028654f),
@@ -119,25 +167,37 @@ __attribute__((always_inline)) inline __m256 unary_vector(UnaryFn fn, __m256 x) 
       const __m256 e = avx2::erf(_mm256_mul_ps(x, _mm256_set1_ps(0.70710678118654752f)));
       return _mm256_mul_ps(_mm256_mul_ps(half, x), _mm256_add_ps(one, e));
     }
-    case UnaryFn::Silu: return _mm256_div_ps(x, _mm256_add_ps(one, avx2::exp(_mm256_xor_ps(x, sign))));
-    case UnaryFn::Floor: return _mm256_floor_ps(x);
-    case UnaryFn::Ceil: return _mm256_ceil_ps(x);
-    case UnaryFn::Round: return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    default: return x;
+    case UnaryFn::Silu:
+      return _mm256_div_ps(x, _mm256_add_ps(one, avx2::exp(_mm256_xor_ps(x, sign))));
+    case UnaryFn::Floor:
+      return _mm256_floor_ps(x);
+    case UnaryFn::Ceil:
+      return _mm256_ceil_ps(x);
+    case UnaryFn::Round:
+      return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    default:
+      return x;
   }
 }
 
 __attribute__((always_inline)) inline __m256 binary_vector(BinaryFn fn, __m256 a, __m256 b) {
   switch (fn) {
-    case BinaryFn::Add: return _mm256_add_ps(a, b);
-    case BinaryFn::Sub: return _mm256_sub_ps(a, b);
-    case BinaryFn::Mul: return _mm256_mul_ps(a, b);
-    case BinaryFn::Div: return _mm256_div_ps(a, b);
+    case BinaryFn::Add:
+      return _mm256_add_ps(a, b);
+    case BinaryFn::Sub:
+      return _mm256_sub_ps(a, b);
+    case BinaryFn::Mul:
+      return _mm256_mul_ps(a, b);
+    case BinaryFn::Div:
+      return _mm256_div_ps(a, b);
     case BinaryFn::Minimum:
-      return _mm256_blendv_ps(_mm256_min_ps(a, b), _mm256_add_ps(a, b), _mm256_cmp_ps(a, b, _CMP_UNORD_Q));
+      return _mm256_blendv_ps(_mm256_min_ps(a, b), _mm256_add_ps(a, b),
+                              _mm256_cmp_ps(a, b, _CMP_UNORD_Q));
     case BinaryFn::Maximum:
-      return _mm256_blendv_ps(_mm256_max_ps(a, b), _mm256_add_ps(a, b), _mm256_cmp_ps(a, b, _CMP_UNORD_Q));
-    default: return a;
+      return _mm256_blendv_ps(_mm256_max_ps(a, b), _mm256_add_ps(a, b),
+                              _mm256_cmp_ps(a, b, _CMP_UNORD_Q));
+    default:
+      return a;
   }
 }
 
@@ -159,21 +219,24 @@ void binary_map_avx2_fn(const float* a, const float* b, float* y, int64_t n) {
     _mm256_storeu_ps(y + i, binary_vector(kFn, _mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
   if (i < n) {
     const __m256i mask = avx2::tail_mask(n - i);
-    _mm256_maskstore_ps(y + i, mask,
-                        binary_vector(kFn, _mm256_maskload_ps(a + i, mask), _mm256_maskload_ps(b + i, mask)));
+    _mm256_maskstore_ps(
+        y + i, mask,
+        binary_vector(kFn, _mm256_maskload_ps(a + i, mask), _mm256_maskload_ps(b + i, mask)));
   }
 }
 
 TESSERA_AVX2_END
 
 template <size_t... kIndex>
-void unary_map_avx2_dispatch(UnaryFn fn, const float* x, float* y, int64_t n, std::index_sequence<kIndex...>) {
+void unary_map_avx2_dispatch(UnaryFn fn, const float* x, float* y, int64_t n,
+                             std::index_sequence<kIndex...>) {
   using Fn = void (*)(const float*, float*, int64_t);
   static constexpr Fn table[] = {unary_map_avx2_fn<static_cast<UnaryFn>(kIndex)>...};
   table[static_cast<size_t>(fn)](x, y, n);
 }
 void unary_map_avx2(UnaryFn fn, const float* x, float* y, int64_t n) {
-  unary_map_avx2_dispatch(fn, x, y, n, std::make_index_sequence<static_cast<size_t>(UnaryFn::Count)>());
+  unary_map_avx2_dispatch(fn, x, y, n,
+                          std::make_index_sequence<static_cast<size_t>(UnaryFn::Count)>());
 }
 
 template <size_t... kIndex>
@@ -184,7 +247,8 @@ void binary_map_avx2_dispatch(BinaryFn fn, const float* a, const float* b, float
   table[static_cast<size_t>(fn)](a, b, y, n);
 }
 void binary_map_avx2(BinaryFn fn, const float* a, const float* b, float* y, int64_t n) {
-  binary_map_avx2_dispatch(fn, a, b, y, n, std::make_index_sequence<static_cast<size_t>(BinaryFn::Count)>());
+  binary_map_avx2_dispatch(fn, a, b, y, n,
+                           std::make_index_sequence<static_cast<size_t>(BinaryFn::Count)>());
 }
 #endif  // TESSERA_HAVE_AVX2_PATHS
 
@@ -204,7 +268,8 @@ const float* stage(const RowOperand& op, int64_t j, int64_t n, float* buffer) {
 }
 
 // Input index of an output index under numpy broadcasting (kernels/ref/elementwise.cc).
-void broadcast_index(const Shape& in_shape, int out_rank, const int64_t* out_index, int64_t* in_index) {
+void broadcast_index(const Shape& in_shape, int out_rank, const int64_t* out_index,
+                     int64_t* in_index) {
   const int offset = out_rank - static_cast<int>(in_shape.size());
   for (int d = 0; d < static_cast<int>(in_shape.size()); ++d)
     in_index[d] = in_shape[static_cast<size_t>(d)] == 1 ? 0 : out_index[d + offset];
@@ -234,7 +299,8 @@ void for_rows_parallel(const Box& box, RowFn&& row_fn) {
       row_fn(static_cast<const int64_t*>(index));
     }
   };
-  ThreadPool::global().parallel_for(rows.count(), std::max<int64_t>(1, kMinChunkWork / width), body);
+  ThreadPool::global().parallel_for(rows.count(), std::max<int64_t>(1, kMinChunkWork / width),
+                                    body);
 }
 
 template <UnaryMap kMap>
@@ -294,7 +360,7 @@ KernelFn unary_kernel(const Graph&, const Node& node, Isa isa) {
   if (node.dtype != DType::F32 || !unary_covered(static_cast<UnaryFn>(node.attrs.ints[0])))
     return nullptr;
 #if TESSERA_HAVE_AVX2_PATHS
-  if (isa == Isa::Avx2) return unary_f32<unary_map_avx2>;
+  if (isa != Isa::Portable) return unary_f32<unary_map_avx2>;
 #endif
   (void)isa;
   return unary_f32<unary_map_portable>;
@@ -305,7 +371,7 @@ KernelFn binary_kernel(const Graph& graph, const Node& node, Isa isa) {
       !binary_covered(static_cast<BinaryFn>(node.attrs.ints[0])))
     return nullptr;
 #if TESSERA_HAVE_AVX2_PATHS
-  if (isa == Isa::Avx2) return binary_f32<binary_map_avx2>;
+  if (isa != Isa::Portable) return binary_f32<binary_map_avx2>;
 #endif
   (void)isa;
   return binary_f32<binary_map_portable>;

@@ -2,15 +2,15 @@
 // bf16 or a block-quantised dtype, dequantised block by block inside the dot product (never a
 // dequantised copy of the matrix).
 //
-// Exactness (DESIGN.md section 1): element (row, n) is always computed the same way: eight
-// float partial sums (lane l takes k = l mod 8), acc = fma(x[k..k+8), w[n][k..k+8), acc) for
-// k = 0, 8, 16, ... in increasing order (a partial last vector is zero-padded), then one fixed
-// horizontal reduction (simd_avx2.h). A decoded weight block is a pure function of its bytes.
-// Work is split into tiles of up to 4 rows x a few columns, and items of 16 columns x 4 rows
-// are spread over the thread pool; a tile only decides which elements share a decoded block,
-// K is never split, so neither the box nor the thread count can change a value. The portable
-// path keeps the same structure with scalar lanes (multiply then add); the instruction set is
-// fixed per process.
+// Exactness (DESIGN.md section 1): element (row, n) is always computed the same way: L float
+// partial sums (lane l takes k = l mod L; L = 8 for AVX2 and portable, 16 for AVX-512),
+// acc = fma(x[k..k+L), w[n][k..k+L), acc) for k = 0, L, 2L, ... in increasing order (a partial
+// last vector is zero-padded), then one fixed horizontal reduction (avx2::hsum, avx512::hsum). A
+// decoded weight block is a pure function of its bytes (quant_avx2.h, quant_avx512.h). Work is split into tiles of up to 4 rows x a few columns,
+// and items of 16 columns x 4 rows are spread over the thread pool; a tile only decides which
+// elements share a decoded block, K is never split, so neither the box nor the thread count can
+// change a value. The portable path keeps the same structure with scalar lanes (multiply then add);
+// the instruction set is fixed per process.
 //
 // Scratch: when x is not contiguous along K (never the case for session buffers) its rows are
 // copied into a thread_local buffer that grows once to 4 * K floats.
@@ -22,6 +22,7 @@
 #include "kernels/cpu/box_rows.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/quant_avx2.h"
+#include "kernels/cpu/quant_avx512.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/quant.h"
 
@@ -117,7 +118,8 @@ absl::Status linear_f32(const KernelArgs& args) {
   job.row_tiles = (rows.count() + kTileRows - 1) / kTileRows;
   job.col_items = (job.n_end - job.n_begin + kItemCols - 1) / kItemCols;
   job.x_contiguous = args.inputs[0].strides[job.last] == 1 || job.depth <= 1;
-  const int64_t item_work = std::max<int64_t>(1, std::min(kTileRows, rows.count()) * kItemCols * job.depth);
+  const int64_t item_work =
+      std::max<int64_t>(1, std::min(kTileRows, rows.count()) * kItemCols * job.depth);
   const std::function<void(int64_t, int64_t)> body = [&job](int64_t b, int64_t e) {
     run_items(job, kTile, b, e);
   };
@@ -166,16 +168,20 @@ void tile_avx2_fixed(const LinearJob& job, const float* const* x, int64_t n0, fl
                      int64_t results_stride) {
   __m256 acc[kRows][kCols];
   const uint8_t* w[kCols];
+#pragma GCC unroll 8
   for (int j = 0; j < kCols; ++j) {
     w[j] = job.weight_row(n0 + j);
+#pragma GCC unroll 8
     for (int r = 0; r < kRows; ++r) acc[r][j] = _mm256_setzero_ps();
   }
   const int64_t blocks = job.depth / Dec::kBlock;
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t k0 = b * Dec::kBlock;
+#pragma GCC unroll 8
     for (int j = 0; j < kCols; ++j)
       Dec::decode(w[j] + b * Dec::kBytes, [&](int group, const __m256* v) {
         const int64_t k = k0 + 32 * group;
+#pragma GCC unroll 8
         for (int r = 0; r < kRows; ++r) {
           const float* xr = x[r] + k;
           __m256 a = acc[r][j];
@@ -190,14 +196,18 @@ void tile_avx2_fixed(const LinearJob& job, const float* const* x, int64_t n0, fl
   if constexpr (Dec::kDense) {  // K % 32 tail of a float matrix, 8 lanes at a time
     for (int64_t k = blocks * Dec::kBlock; k < job.depth; k += 8) {
       const __m256i mask = avx2::tail_mask(std::min<int64_t>(8, job.depth - k));
+#pragma GCC unroll 8
       for (int j = 0; j < kCols; ++j) {
         const __m256 v = Dec::partial(w[j], k, mask);
+#pragma GCC unroll 8
         for (int r = 0; r < kRows; ++r)
           acc[r][j] = _mm256_fmadd_ps(_mm256_maskload_ps(x[r] + k, mask), v, acc[r][j]);
       }
     }
   }
+#pragma GCC unroll 8
   for (int r = 0; r < kRows; ++r)
+#pragma GCC unroll 8
     for (int j = 0; j < kCols; ++j) results[r * results_stride + j] = avx2::hsum(acc[r][j]);
 }
 
@@ -217,14 +227,115 @@ template <class Dec>
 void tile_avx2(const LinearJob& job, const float* const* x, int64_t rows, int64_t n0, int64_t cols,
                Results& results) {
   switch (rows) {
-    case 1: return tile_avx2_rows<Dec, 1>(job, x, n0, cols, results);
-    case 2: return tile_avx2_rows<Dec, 2>(job, x, n0, cols, results);
-    case 3: return tile_avx2_rows<Dec, 3>(job, x, n0, cols, results);
-    default: return tile_avx2_rows<Dec, 4>(job, x, n0, cols, results);
+    case 1:
+      return tile_avx2_rows<Dec, 1>(job, x, n0, cols, results);
+    case 2:
+      return tile_avx2_rows<Dec, 2>(job, x, n0, cols, results);
+    case 3:
+      return tile_avx2_rows<Dec, 3>(job, x, n0, cols, results);
+    default:
+      return tile_avx2_rows<Dec, 4>(job, x, n0, cols, results);
   }
 }
 
 TESSERA_AVX2_END
+
+// ---- AVX-512: the same structure with 16 lanes ----------------------------------------------
+
+TESSERA_AVX512_BEGIN
+
+template <class Dec, int kRows, int kCols>
+void tile_avx512_fixed(const LinearJob& job, const float* const* x, int64_t n0, float* results,
+                       int64_t results_stride) {
+  __m512 acc[kRows][kCols];
+  const uint8_t* w[kCols];
+#pragma GCC unroll 8
+  for (int j = 0; j < kCols; ++j) {
+    w[j] = job.weight_row(n0 + j);
+#pragma GCC unroll 8
+    for (int r = 0; r < kRows; ++r) acc[r][j] = _mm512_setzero_ps();
+  }
+  const int64_t blocks = job.depth / Dec::kBlock;
+  auto accumulate = [&](int j, int64_t k0) {
+    return [&acc, x, j, k0](int group, const __m512* v) {
+      const int64_t k = k0 + 32 * group;
+#pragma GCC unroll 8
+      for (int r = 0; r < kRows; ++r) {
+        acc[r][j] = _mm512_fmadd_ps(_mm512_loadu_ps(x[r] + k), v[0], acc[r][j]);
+        acc[r][j] = _mm512_fmadd_ps(_mm512_loadu_ps(x[r] + k + 16), v[1], acc[r][j]);
+      }
+    };
+  };
+  if constexpr (Dec::kScales > 0) {
+    // Scales of 16 blocks per column at a time (gather_scales), then the blocks.
+    alignas(64) float d[kCols][16], m[kCols][16];
+    for (int64_t b0 = 0; b0 < blocks; b0 += 16) {
+      const int64_t count = std::min<int64_t>(16, blocks - b0);
+#pragma GCC unroll 8
+      for (int j = 0; j < kCols; ++j)
+        avx512::gather_scales<Dec>(w[j] + b0 * Dec::kBytes, count, d[j], m[j]);
+      for (int64_t i = 0; i < count; ++i) {
+        const int64_t b = b0 + i;
+#pragma GCC unroll 8
+        for (int j = 0; j < kCols; ++j)
+          Dec::decode_scaled(w[j] + b * Dec::kBytes, _mm512_set1_ps(d[j][i]),
+                             _mm512_set1_ps(m[j][i]), accumulate(j, b * Dec::kBlock));
+      }
+    }
+  } else {
+    for (int64_t b = 0; b < blocks; ++b)
+#pragma GCC unroll 8
+      for (int j = 0; j < kCols; ++j)
+        Dec::decode(w[j] + b * Dec::kBytes, accumulate(j, b * Dec::kBlock));
+  }
+  if constexpr (Dec::kDense) {  // K % 32 tail of a float matrix, 16 lanes at a time
+    for (int64_t k = blocks * Dec::kBlock; k < job.depth; k += 16) {
+      const __mmask16 mask =
+          static_cast<__mmask16>((1u << std::min<int64_t>(16, job.depth - k)) - 1);
+#pragma GCC unroll 8
+      for (int j = 0; j < kCols; ++j) {
+        const __m512 v = Dec::partial(w[j], k, mask);
+#pragma GCC unroll 8
+        for (int r = 0; r < kRows; ++r)
+          acc[r][j] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, x[r] + k), v, acc[r][j]);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < kRows; ++r)
+#pragma GCC unroll 8
+    for (int j = 0; j < kCols; ++j) results[r * results_stride + j] = avx512::hsum(acc[r][j]);
+}
+
+template <class Dec, int kRows>
+void tile_avx512_rows(const LinearJob& job, const float* const* x, int64_t n0, int64_t cols,
+                      Results& results) {
+  // 32 registers: 8 columns for one streaming row, 4 x 4 accumulators for several rows.
+  constexpr int kCols = kRows == 1 ? 8 : 4;
+  int64_t j = 0;
+  for (; j + kCols <= cols; j += kCols)
+    tile_avx512_fixed<Dec, kRows, kCols>(job, x, n0 + j, &results[0][j], kItemCols);
+  for (; j + 2 <= cols; j += 2)
+    tile_avx512_fixed<Dec, kRows, 2>(job, x, n0 + j, &results[0][j], kItemCols);
+  for (; j < cols; ++j) tile_avx512_fixed<Dec, kRows, 1>(job, x, n0 + j, &results[0][j], kItemCols);
+}
+
+template <class Dec>
+void tile_avx512(const LinearJob& job, const float* const* x, int64_t rows, int64_t n0,
+                 int64_t cols, Results& results) {
+  switch (rows) {
+    case 1:
+      return tile_avx512_rows<Dec, 1>(job, x, n0, cols, results);
+    case 2:
+      return tile_avx512_rows<Dec, 2>(job, x, n0, cols, results);
+    case 3:
+      return tile_avx512_rows<Dec, 3>(job, x, n0, cols, results);
+    default:
+      return tile_avx512_rows<Dec, 4>(job, x, n0, cols, results);
+  }
+}
+
+TESSERA_AVX512_END
 #endif  // TESSERA_HAVE_AVX2_PATHS
 
 }  // namespace
@@ -236,10 +347,13 @@ KernelFn linear_kernel(const Graph& graph, const Node& node, Isa isa) {
   if (quant::block_dequantizer(w.dtype) == nullptr) return nullptr;
   if (w.shape[1] % dtype_block_size(w.dtype) != 0) return nullptr;  // whole blocks only
 #if TESSERA_HAVE_AVX2_PATHS
-  if (isa == Isa::Avx2)
-    return avx2::select_decoder(w.dtype, [](auto decoder) -> KernelFn {
-      return linear_f32<tile_avx2<decltype(decoder)>>;
+  if (isa == Isa::Avx512)
+    return select_decoder<avx512::Decoder>(w.dtype, [](auto decoder) -> KernelFn {
+      return linear_f32<tile_avx512<decltype(decoder)>>;
     });
+  if (isa == Isa::Avx2)
+    return select_decoder<avx2::Decoder>(
+        w.dtype, [](auto decoder) -> KernelFn { return linear_f32<tile_avx2<decltype(decoder)>>; });
 #endif
   (void)isa;
   return linear_f32<tile_portable>;

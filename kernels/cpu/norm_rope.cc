@@ -40,7 +40,8 @@ void for_rows_parallel(const Box& box, int64_t row_work, RowFn&& row_fn) {
       row_fn(index);
     }
   };
-  ThreadPool::global().parallel_for(rows.count(), std::max<int64_t>(1, kMinChunkWork / std::max<int64_t>(1, row_work)), body);
+  ThreadPool::global().parallel_for(
+      rows.count(), std::max<int64_t>(1, kMinChunkWork / std::max<int64_t>(1, row_work)), body);
 }
 
 // ---- rms_norm ---------------------------------------------------------------------------------
@@ -50,7 +51,8 @@ using SquaresFn = float (*)(const float*, int64_t);
 float sum_squares_portable(const float* x, int64_t n) {
   float lanes[8] = {};
   for (int64_t i = 0; i < n; ++i) lanes[i % 8] = lanes[i % 8] + x[i] * x[i];
-  return ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
+  return ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) +
+         ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
 }
 
 #if TESSERA_HAVE_AVX2_PATHS
@@ -127,7 +129,8 @@ struct RopeTable {
       inverse.resize(static_cast<size_t>(half));
       cos_sin.resize(static_cast<size_t>(rot));
       for (int64_t i = 0; i < half; ++i)
-        inverse[static_cast<size_t>(i)] = std::pow(b, -2.0 * static_cast<double>(i) / static_cast<double>(rot));
+        inverse[static_cast<size_t>(i)] =
+            std::pow(b, -2.0 * static_cast<double>(i) / static_cast<double>(rot));
       n_rot = rot;
       base = b;
       freq_scale = scale;
@@ -155,7 +158,8 @@ absl::Status rope_f32(const KernelArgs& args) {
     // cos and sin of every pair at this row's position; rows of one t (all heads) share them.
     // The table is a pure function of its key, so reusing it across calls is safe.
     thread_local RopeTable table;
-    if (rotates) table.update(n_rot, base, freq_scale, load_position(args.inputs[1], index[rank - 3]));
+    if (rotates)
+      table.update(n_rot, base, freq_scale, load_position(args.inputs[1], index[rank - 3]));
     const std::vector<float>& cos_sin = table.cos_sin;
     index[last] = 0;
     const float* in = x.at<const float>(index);
@@ -171,7 +175,8 @@ absl::Status rope_f32(const KernelArgs& args) {
         const bool first = split ? j < half : j % 2 == 0;
         const int64_t pair = split ? (first ? j : j - half) : j / 2;
         const int64_t partner = split ? (first ? j + half : j - half) : (first ? j + 1 : j - 1);
-        const float c = cos_sin[static_cast<size_t>(2 * pair)], s = cos_sin[static_cast<size_t>(2 * pair + 1)];
+        const float c = cos_sin[static_cast<size_t>(2 * pair)],
+                    s = cos_sin[static_cast<size_t>(2 * pair + 1)];
         const float self = in[j * in_step], other = in[partner * in_step];
         value = first ? self * c - other * s : other * s + self * c;
       }
@@ -188,7 +193,7 @@ KernelFn rms_norm_kernel(const Graph& graph, const Node& node, Isa isa) {
     if (graph.node(in).dtype != DType::F32) return nullptr;
   if (node.rank() < 1) return nullptr;
 #if TESSERA_HAVE_AVX2_PATHS
-  if (isa == Isa::Avx2) return rms_norm_f32<sum_squares_avx2>;
+  if (isa != Isa::Portable) return rms_norm_f32<sum_squares_avx2>;
 #endif
   (void)isa;
   return rms_norm_f32<sum_squares_portable>;

@@ -21,8 +21,10 @@ namespace tessera::cpu::avx2 {
 // Four vectors of 8 floats from 32 bytes held as a low and a high 16-byte half.
 TESSERA_AVX2_INLINE void bytes_to_floats(__m128i lo, __m128i hi, bool is_signed, __m256* w) {
   const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+#pragma GCC unroll 8
   for (int p = 0; p < 4; ++p)
-    w[p] = _mm256_cvtepi32_ps(is_signed ? _mm256_cvtepi8_epi32(parts[p]) : _mm256_cvtepu8_epi32(parts[p]));
+    w[p] = _mm256_cvtepi32_ps(is_signed ? _mm256_cvtepi8_epi32(parts[p])
+                                        : _mm256_cvtepu8_epi32(parts[p]));
 }
 TESSERA_AVX2_INLINE void bytes_to_floats(__m256i v, bool is_signed, __m256* w) {
   bytes_to_floats(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1), is_signed, w);
@@ -77,6 +79,7 @@ struct Decoder<DType::F16> {
   template <class Sink>
   TESSERA_AVX2_INLINE static void decode(const uint8_t* b, Sink&& sink) {
     __m256 w[4];
+#pragma GCC unroll 8
     for (int p = 0; p < 4; ++p)
       w[p] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 16 * p)));
     sink(0, w);
@@ -102,7 +105,9 @@ struct Decoder<DType::BF16> {
   template <class Sink>
   TESSERA_AVX2_INLINE static void decode(const uint8_t* b, Sink&& sink) {
     __m256 w[4];
-    for (int p = 0; p < 4; ++p) w[p] = widen(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 16 * p)));
+#pragma GCC unroll 8
+    for (int p = 0; p < 4; ++p)
+      w[p] = widen(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 16 * p)));
     sink(0, w);
   }
   TESSERA_AVX2_INLINE static __m256 partial(const uint8_t* row, int64_t start, __m256i mask) {
@@ -125,6 +130,7 @@ struct Decoder<DType::Q8_0> {
   TESSERA_AVX2_INLINE static void decode(const uint8_t* b, Sink&& sink) {
     const __m256 d = _mm256_set1_ps(half_to_float(b));
     __m256 w[4];
+#pragma GCC unroll 8
     for (int p = 0; p < 4; ++p) {
       const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 2 + 8 * p));
       w[p] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d);
@@ -141,9 +147,12 @@ struct Decoder<DType::Q4_0> {
   template <class Sink>
   TESSERA_AVX2_INLINE static void decode(const uint8_t* b, Sink&& sink) {
     const __m256 d = _mm256_set1_ps(half_to_float(b));
-    const __m256i q = _mm256_sub_epi8(nibbles32(b + 2), _mm256_set1_epi8(8));
+    const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2));
+    const __m128i mask = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
     __m256 w[4];
-    bytes_to_floats(q, true, w);
+    bytes_to_floats(_mm_sub_epi8(_mm_and_si128(qs, mask), eight),
+                    _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(qs, 4), mask), eight), true, w);
+#pragma GCC unroll 8
     for (int p = 0; p < 4; ++p) w[p] = _mm256_mul_ps(w[p], d);
     sink(0, w);
   }
@@ -157,8 +166,11 @@ struct Decoder<DType::Q4_1> {
   template <class Sink>
   TESSERA_AVX2_INLINE static void decode(const uint8_t* b, Sink&& sink) {
     const __m256 d = _mm256_set1_ps(half_to_float(b)), m = _mm256_set1_ps(half_to_float(b + 2));
+    const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 4));
+    const __m128i mask = _mm_set1_epi8(0x0F);
     __m256 w[4];
-    bytes_to_floats(nibbles32(b + 4), false, w);
+    bytes_to_floats(_mm_and_si128(qs, mask), _mm_and_si128(_mm_srli_epi16(qs, 4), mask), false, w);
+#pragma GCC unroll 8
     for (int p = 0; p < 4; ++p) w[p] = _mm256_fmadd_ps(w[p], d, m);
     sink(0, w);
   }
@@ -173,9 +185,11 @@ struct Decoder<DType::Q5_0> {
   TESSERA_AVX2_INLINE static void decode(const uint8_t* b, Sink&& sink) {
     const __m256 d = _mm256_set1_ps(half_to_float(b));
     const __m256i high = _mm256_and_si256(bytes_from_bits(load_u32(b + 2)), _mm256_set1_epi8(0x10));
-    const __m256i q = _mm256_sub_epi8(_mm256_or_si256(nibbles32(b + 6), high), _mm256_set1_epi8(16));
+    const __m256i q =
+        _mm256_sub_epi8(_mm256_or_si256(nibbles32(b + 6), high), _mm256_set1_epi8(16));
     __m256 w[4];
     bytes_to_floats(q, true, w);
+#pragma GCC unroll 8
     for (int p = 0; p < 4; ++p) w[p] = _mm256_mul_ps(w[p], d);
     sink(0, w);
   }
@@ -192,6 +206,7 @@ struct Decoder<DType::Q5_1> {
     const __m256i high = _mm256_and_si256(bytes_from_bits(load_u32(b + 4)), _mm256_set1_epi8(0x10));
     __m256 w[4];
     bytes_to_floats(_mm256_or_si256(nibbles32(b + 8), high), false, w);
+#pragma GCC unroll 8
     for (int p = 0; p < 4; ++p) w[p] = _mm256_fmadd_ps(w[p], d, m);
     sink(0, w);
   }
@@ -201,6 +216,7 @@ struct Decoder<DType::Q5_1> {
 TESSERA_AVX2_INLINE void k_scales(const uint8_t* b, float* d1, float* m1) {
   const float d = half_to_float(b), dmin = half_to_float(b + 2);
   const uint8_t* s = b + 4;
+#pragma GCC unroll 8
   for (int j = 0; j < 4; ++j) {
     d1[j] = d * static_cast<float>(s[j] & 63);
     m1[j] = dmin * static_cast<float>(s[j + 4] & 63);
@@ -213,6 +229,7 @@ TESSERA_AVX2_INLINE void k_scales(const uint8_t* b, float* d1, float* m1) {
 TESSERA_AVX2_INLINE void scale_sub_block(__m256i q, float d1, float m1, __m256* w) {
   bytes_to_floats(q, false, w);
   const __m256 d = _mm256_set1_ps(d1), m = _mm256_set1_ps(m1);
+#pragma GCC unroll 8
   for (int p = 0; p < 4; ++p) w[p] = _mm256_fmsub_ps(w[p], d, m);
 }
 
@@ -225,12 +242,14 @@ struct Decoder<DType::Q4_K> {
     float d1[8], m1[8];
     k_scales(b, d1, m1);
     const __m256i mask = _mm256_set1_epi8(0x0F);
+#pragma GCC unroll 8
     for (int c = 0; c < 4; ++c) {
       const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16 + 32 * c));
       __m256 w[4];
       scale_sub_block(_mm256_and_si256(v, mask), d1[2 * c], m1[2 * c], w);
       sink(2 * c, w);
-      scale_sub_block(_mm256_and_si256(_mm256_srli_epi16(v, 4), mask), d1[2 * c + 1], m1[2 * c + 1], w);
+      scale_sub_block(_mm256_and_si256(_mm256_srli_epi16(v, 4), mask), d1[2 * c + 1], m1[2 * c + 1],
+                      w);
       sink(2 * c + 1, w);
     }
   }
@@ -246,14 +265,16 @@ struct Decoder<DType::Q5_K> {
     k_scales(b, d1, m1);
     const __m256i mask = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
     const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16));
+#pragma GCC unroll 8
     for (int c = 0; c < 4; ++c) {
       const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 48 + 32 * c));
+#pragma GCC unroll 8
       for (int half = 0; half < 2; ++half) {
         const int sub = 2 * c + half;
         // Bit `sub` of each qh byte, moved to bit 4 (16-bit shifts keep bit 0 of each byte).
         const __m256i bit = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(sub)), one);
-        const __m256i low = half == 0 ? _mm256_and_si256(v, mask)
-                                      : _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
+        const __m256i low =
+            half == 0 ? _mm256_and_si256(v, mask) : _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
         __m256 w[4];
         scale_sub_block(_mm256_or_si256(low, _mm256_slli_epi16(bit, 4)), d1[sub], m1[sub], w);
         sink(sub, w);
@@ -272,6 +293,7 @@ struct Decoder<DType::Q6_K> {
     const float d = half_to_float(b + 208);
     const auto* scales = reinterpret_cast<const int8_t*>(b + 192);
     const __m256i low4 = _mm256_set1_epi8(0x0F), offset = _mm256_set1_epi8(32);
+#pragma GCC unroll 8
     for (int half = 0; half < 2; ++half) {
       const uint8_t* ql = b + 64 * half;
       const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
@@ -284,9 +306,11 @@ struct Decoder<DType::Q6_K> {
                           _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi8(0x0C)), 2)),
           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
                           _mm256_and_si256(h, _mm256_set1_epi8(0x30))),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
-                          _mm256_srli_epi16(_mm256_and_si256(h, _mm256_set1_epi8(static_cast<char>(0xC0))), 2)),
+          _mm256_or_si256(
+              _mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
+              _mm256_srli_epi16(_mm256_and_si256(h, _mm256_set1_epi8(static_cast<char>(0xC0))), 2)),
       };
+#pragma GCC unroll 8
       for (int k = 0; k < 4; ++k) {
         const int group = 4 * half + k;  // elements 32 * group .. + 31
         __m256 w[4];
@@ -306,29 +330,41 @@ struct Decoder<DType::Q6_K> {
 }  // namespace tessera::cpu::avx2
 TESSERA_AVX2_END
 
-namespace tessera::cpu::avx2 {
+namespace tessera::cpu {
 
-// f(Decoder<type>{}) for a supported weight dtype, a value-initialised result otherwise. f only
-// names decoders (e.g. takes the address of a template instantiated with one); it is compiled for
-// the baseline target, so the kernel selectors may call it on any CPU.
-template <class F>
+// f(Decoder<type>{}) for a supported weight dtype (Decoder: the decoder template of one
+// instruction set), a value-initialised result otherwise. f only names decoders (e.g. takes the
+// address of a template instantiated with one); this is baseline code any CPU may run.
+template <template <DType> class Decoder, class F>
 auto select_decoder(DType type, F&& f) -> decltype(f(Decoder<DType::F32>{})) {
   switch (type) {
-    case DType::F32: return f(Decoder<DType::F32>{});
-    case DType::F16: return f(Decoder<DType::F16>{});
-    case DType::BF16: return f(Decoder<DType::BF16>{});
-    case DType::Q8_0: return f(Decoder<DType::Q8_0>{});
-    case DType::Q4_0: return f(Decoder<DType::Q4_0>{});
-    case DType::Q4_1: return f(Decoder<DType::Q4_1>{});
-    case DType::Q5_0: return f(Decoder<DType::Q5_0>{});
-    case DType::Q5_1: return f(Decoder<DType::Q5_1>{});
-    case DType::Q4_K: return f(Decoder<DType::Q4_K>{});
-    case DType::Q5_K: return f(Decoder<DType::Q5_K>{});
-    case DType::Q6_K: return f(Decoder<DType::Q6_K>{});
-    default: return {};
+    case DType::F32:
+      return f(Decoder<DType::F32>{});
+    case DType::F16:
+      return f(Decoder<DType::F16>{});
+    case DType::BF16:
+      return f(Decoder<DType::BF16>{});
+    case DType::Q8_0:
+      return f(Decoder<DType::Q8_0>{});
+    case DType::Q4_0:
+      return f(Decoder<DType::Q4_0>{});
+    case DType::Q4_1:
+      return f(Decoder<DType::Q4_1>{});
+    case DType::Q5_0:
+      return f(Decoder<DType::Q5_0>{});
+    case DType::Q5_1:
+      return f(Decoder<DType::Q5_1>{});
+    case DType::Q4_K:
+      return f(Decoder<DType::Q4_K>{});
+    case DType::Q5_K:
+      return f(Decoder<DType::Q5_K>{});
+    case DType::Q6_K:
+      return f(Decoder<DType::Q6_K>{});
+    default:
+      return {};
   }
 }
 
-}  // namespace tessera::cpu::avx2
+}  // namespace tessera::cpu
 
 #endif  // TESSERA_HAVE_AVX2_PATHS

@@ -15,8 +15,7 @@
 #include <cstring>
 
 #define TESSERA_AVX2 __attribute__((target("avx2,fma,f16c")))
-#define TESSERA_AVX2_BEGIN \
-  _Pragma("GCC push_options") _Pragma("GCC target(\"avx2,fma,f16c\")")
+#define TESSERA_AVX2_BEGIN _Pragma("GCC push_options") _Pragma("GCC target(\"avx2,fma,f16c\")")
 #define TESSERA_AVX2_END _Pragma("GCC pop_options")
 
 TESSERA_AVX2_BEGIN
@@ -44,14 +43,16 @@ TESSERA_AVX2 inline float half_to_float(const uint8_t* p) {
 
 // 2^n for integer-valued n in [-126, 127].
 TESSERA_AVX2 inline __m256 pow2(__m256 n) {
-  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  const __m256i bits =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_castsi256_ps(bits);
 }
 
 // exp(x) within ~2 ulp over the whole float range (Cephes polynomial on x - n ln2, scaled by
 // 2^n in two steps so that overflow gives inf and small results go through the denormals).
 TESSERA_AVX2 inline __m256 exp(__m256 x) {
-  const __m256 clamped = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-104.0f)), _mm256_set1_ps(89.0f));
+  const __m256 clamped =
+      _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-104.0f)), _mm256_set1_ps(89.0f));
   const __m256 n = _mm256_round_ps(_mm256_mul_ps(clamped, _mm256_set1_ps(1.44269504088896341f)),
                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), clamped);
@@ -64,7 +65,8 @@ TESSERA_AVX2 inline __m256 exp(__m256 x) {
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
   p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
   const __m256 half_n = _mm256_floor_ps(_mm256_mul_ps(n, _mm256_set1_ps(0.5f)));
-  const __m256 result = _mm256_mul_ps(_mm256_mul_ps(p, pow2(half_n)), pow2(_mm256_sub_ps(n, half_n)));
+  const __m256 result =
+      _mm256_mul_ps(_mm256_mul_ps(p, pow2(half_n)), pow2(_mm256_sub_ps(n, half_n)));
   return _mm256_blendv_ps(result, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));  // NaN stays NaN
 }
 
@@ -81,7 +83,8 @@ TESSERA_AVX2 inline __m256 tanh(__m256 x) {
   const __m256 small = _mm256_fmadd_ps(_mm256_mul_ps(p, s), x, x);
   const __m256 e = exp(_mm256_add_ps(a, a));
   const __m256 one = _mm256_set1_ps(1.0f);
-  const __m256 large = _mm256_sub_ps(one, _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, one)));
+  const __m256 large =
+      _mm256_sub_ps(one, _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, one)));
   const __m256 result = _mm256_blendv_ps(_mm256_or_ps(large, sign), small,
                                          _mm256_cmp_ps(a, _mm256_set1_ps(0.625f), _CMP_LT_OQ));
   return _mm256_blendv_ps(result, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));

@@ -30,13 +30,14 @@ class ThreadPool {
 
  private:
   void worker_loop();
+  void run_chunks(std::unique_lock<std::mutex>& lock);
   std::vector<std::thread> workers_;
   std::mutex call_mutex_;  // one parallel_for at a time (callers on several threads)
   std::mutex mutex_;
   std::condition_variable wake_, done_;
   const std::function<void(int64_t, int64_t)>* job_ = nullptr;
   int64_t job_size_ = 0, chunk_ = 0, next_ = 0;
-  int pending_ = 0;
+  int in_flight_ = 0;  // chunks claimed and not yet finished
   uint64_t generation_ = 0;
   bool stop_ = false;
 };

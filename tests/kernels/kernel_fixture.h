@@ -21,10 +21,11 @@ namespace tessera::kernel_testing {
 using testing::Buffer;
 using testing::ValueRange;
 
-// The instruction sets to test: portable always, AVX2 where the CPU has it.
+// The instruction sets to test: portable always, AVX2 and AVX-512 where the CPU has them.
 inline std::vector<cpu::Isa> test_isas() {
   std::vector<cpu::Isa> isas = {cpu::Isa::Portable};
-  if (cpu::isa_supported(cpu::Isa::Avx2)) isas.push_back(cpu::Isa::Avx2);
+  for (cpu::Isa isa : {cpu::Isa::Avx2, cpu::Isa::Avx512})
+    if (cpu::isa_supported(isa)) isas.push_back(isa);
   return isas;
 }
 
@@ -42,7 +43,8 @@ struct OpFixture {
     for (size_t i = 0; i < graph.inputs().size(); ++i) {
       const Node& n = graph.node(graph.inputs()[i]);
       buffers.push_back(testing::make_buffer(n));
-      testing::fill_box(buffers.back(), n, Box::full(n.shape), i < ranges.size() ? ranges[i] : ValueRange{}, rng);
+      testing::fill_box(buffers.back(), n, Box::full(n.shape),
+                        i < ranges.size() ? ranges[i] : ValueRange{}, rng);
     }
     views.clear();
     for (NodeId in : node().inputs) {
@@ -79,23 +81,27 @@ struct OpFixture {
 using Tolerance = std::function<double(int64_t index, double reference)>;
 
 inline void check_close(const OpFixture& f, cpu::Isa isa, const Tolerance& tolerance) {
-  CAPTURE(cpu::isa_name(isa));
+  const std::string isa_label = cpu::isa_name(isa);
+  CAPTURE(isa_label);
   const Box full = Box::full(f.node().shape);
   const std::vector<float> fast = f.run(f.optimised(isa), full);
   const std::vector<float> ref = f.run(ref::reference_kernel(f.node().kind), full);
   for (size_t i = 0; i < fast.size(); ++i) {
     const double expected = ref[i], tol = tolerance(static_cast<int64_t>(i), expected);
-    const bool both_nan = std::isnan(fast[i]) && std::isnan(expected);
-    if (!both_nan && !(std::fabs(fast[i] - expected) <= tol))
-      FAIL("element ", i, ": optimised ", fast[i], " vs reference ", expected, " (tolerance ", tol, ")");
+    const bool same = fast[i] == expected || (std::isnan(fast[i]) && std::isnan(expected));
+    if (!same && !(std::fabs(fast[i] - expected) <= tol))
+      FAIL("element ", i, ": optimised ", fast[i], " vs reference ", expected, " (tolerance ", tol,
+           ")");
   }
 }
 
 // Random sub-boxes (biased to single rows and full extents), each computed alone, are bitwise
 // equal to the same elements of the full box; one more box goes through a strided view over a
 // buffer of the full shape, whose other elements must stay untouched.
-inline void check_sub_boxes(const OpFixture& f, cpu::Isa isa, std::mt19937_64& rng, int count = 12) {
-  CAPTURE(cpu::isa_name(isa));
+inline void check_sub_boxes(const OpFixture& f, cpu::Isa isa, std::mt19937_64& rng,
+                            int count = 12) {
+  const std::string isa_label = cpu::isa_name(isa);
+  CAPTURE(isa_label);
   const Node& n = f.node();
   const KernelFn fast = f.optimised(isa);
   const Box full_box = Box::full(n.shape);
@@ -108,7 +114,8 @@ inline void check_sub_boxes(const OpFixture& f, cpu::Isa isa, std::mt19937_64& r
     TensorView part_view = dense_view(part.data(), DType::F32, box);
     ref::for_each_index(box, [&](const int64_t* index) {
       const float x = *part_view.at<float>(index), y = *full_view.at<float>(index);
-      if (std::memcmp(&x, &y, sizeof(float)) != 0) FAIL("sub-box value ", x, " differs from full-box value ", y);
+      if (std::memcmp(&x, &y, sizeof(float)) != 0)
+        FAIL("sub-box value ", x, " differs from full-box value ", y);
     });
   }
   const Box box = testing::random_box(n.shape, rng);

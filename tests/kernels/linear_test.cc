@@ -44,7 +44,8 @@ void build(LinearCase& c, DType dtype, const Shape& x_shape, int64_t n, std::mt1
   c.n = n;
   c.weights = random_weights(dtype, n, c.k, rng);
   Tensor x = c.f.graph.input("x", x_shape, DType::F32);
-  Tensor w = c.f.graph.constant({n, c.k}, dtype, std::as_bytes(std::span<const uint8_t>(c.weights)));
+  Tensor w =
+      c.f.graph.constant({n, c.k}, dtype, std::as_bytes(std::span<const uint8_t>(c.weights)));
   try {
     c.f.out = linear(x, w);
   } catch (const Error&) {
@@ -67,7 +68,8 @@ std::vector<double> tolerances(const LinearCase& c) {
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < c.n; ++j) {
       double magnitude = 0;
-      for (int64_t i = 0; i < c.k; ++i) magnitude += std::fabs(double{x[r * c.k + i]} * w[j * c.k + i]);
+      for (int64_t i = 0; i < c.k; ++i)
+        magnitude += std::fabs(double{x[r * c.k + i]} * w[j * c.k + i]);
       tol[r * c.n + j] = (static_cast<double>(c.k) / 8 + 6) * 0x1p-23 * magnitude + 1e-30;
     }
   return tol;
@@ -87,7 +89,7 @@ int64_t random_k(std::mt19937_64& rng, DType dtype) {
   return block * (static_cast<int64_t>(rng() % (block == 32 ? 8 : 3)) + 1);
 }
 
-constexpr DType kWeightDTypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0,
+constexpr DType kWeightDTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,
                                    DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
                                    DType::Q4_K, DType::Q5_K, DType::Q6_K};
 
@@ -100,14 +102,15 @@ TEST_CASE("kernels: linear is optimised for f32 x with every supported weight dt
   Tensor x256 = g.input("x256", {2, 256}, DType::F32);
   for (DType dtype : testing::kQuantizedDTypes) {
     std::vector<uint8_t> w = testing::random_quantized(dtype, 3, 256, rng);
-    Tensor y = linear(x256,
-                      g.constant({3, 256}, dtype, std::as_bytes(std::span<const uint8_t>(w))));
+    Tensor y =
+        linear(x256, g.constant({3, 256}, dtype, std::as_bytes(std::span<const uint8_t>(w))));
     CHECK(static_cast<bool>(cpu::optimised_kernel(g, y.node())));
   }
   Tensor f32 = linear(x, g.input("w", {5, 64}, DType::F32));
   CHECK(static_cast<bool>(cpu::optimised_kernel(g, f32.node())));
   Tensor f16 = linear(g.input("xh", {2, 64}, DType::F16), g.input("wh", {5, 64}, DType::F16));
-  CHECK_FALSE(static_cast<bool>(cpu::optimised_kernel(g, f16.node())));  // f16 x: the reference runs
+  CHECK_FALSE(
+      static_cast<bool>(cpu::optimised_kernel(g, f16.node())));  // f16 x: the reference runs
 }
 
 TEST_CASE("kernels: linear matches the reference within the float dot-product bound") {
@@ -130,7 +133,8 @@ TEST_CASE("kernels: linear matches the reference within the float dot-product bo
       CAPTURE(n);
       const std::vector<double> tol = tolerances(c);
       for (cpu::Isa isa : kernel_testing::test_isas())
-        kernel_testing::check_close(c.f, isa, [&](int64_t i, double) { return tol[static_cast<size_t>(i)]; });
+        kernel_testing::check_close(c.f, isa,
+                                    [&](int64_t i, double) { return tol[static_cast<size_t>(i)]; });
     }
   }
 }
@@ -150,7 +154,8 @@ TEST_CASE("kernels: linear sub-boxes are bitwise equal to the full box") {
       CAPTURE(trial);
       CAPTURE(std::string(dtype_name(dtype)));
       CAPTURE(shape_string(c.x_shape));
-      for (cpu::Isa isa : kernel_testing::test_isas()) kernel_testing::check_sub_boxes(c.f, isa, rng);
+      for (cpu::Isa isa : kernel_testing::test_isas())
+        kernel_testing::check_sub_boxes(c.f, isa, rng);
     }
   }
 }

@@ -1,0 +1,84 @@
+// LLM throughput on this machine: prefill of 128 tokens, decode at context 128 and at context
+// 1024, for each GGUF model given on the command line. Prints tokens/s; not a test.
+//
+//   llm_bench models/SmolLM2-135M-Instruct.Q4_1.gguf models/gemma-3-270m-q4_k_m.gguf
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "loaders/llm.h"
+#include "loaders/tokenizer.h"
+
+using namespace tessera;
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Decodes `steps` greedy tokens after position t - 1; returns seconds per token.
+double decode(GraphSession& s, std::vector<int32_t>& ids, int64_t vocab, int steps) {
+  std::vector<float> row = s.read<float>("logits", Box{{static_cast<int64_t>(ids.size()) - 1, static_cast<int64_t>(ids.size())}, {0, vocab}});
+  double total = 0;
+  for (int i = 0; i < steps; ++i) {
+    int32_t next = 0;
+    for (int64_t v = 1; v < vocab; ++v)
+      if (row[static_cast<size_t>(v)] > row[static_cast<size_t>(next)]) next = static_cast<int32_t>(v);
+    const int64_t t = static_cast<int64_t>(ids.size());
+    ids.push_back(next);
+    const auto start = std::chrono::steady_clock::now();
+    s.write("ids", Box{{t, t + 1}}, std::vector<int32_t>{next});
+    row = s.read<float>("logits", Box{{t, t + 1}, {0, vocab}});
+    total += seconds_since(start);
+  }
+  return total / steps;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: llm_bench MODEL.gguf [MODEL.gguf ...]\n");
+    return 2;
+  }
+  try {
+    for (int m = 1; m < argc; ++m) {
+      auto model = LlmModel::load(argv[m], 1100);
+      Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
+      const int64_t vocab = model->config().vocab;
+      std::string text;
+      while (static_cast<int64_t>(tokenizer.encode(text, true, false).size()) < 1100)
+        text += "The quick brown fox jumps over the lazy dog while the engine keeps what it computed. ";
+      std::vector<int32_t> corpus = tokenizer.encode(text, true, false);
+
+      auto s = model->new_session();
+      std::vector<int32_t> ids(corpus.begin(), corpus.begin() + 128);
+      auto start = std::chrono::steady_clock::now();
+      s->write("ids", Box{{0, 128}}, ids);
+      s->read<float>("logits", Box{{127, 128}, {0, vocab}});
+      const double prefill = seconds_since(start);
+      const double decode_128 = decode(*s, ids, vocab, 16);
+
+      // Grow the context to 1024 (a second prefill of the remaining rows), then decode.
+      ids.assign(corpus.begin(), corpus.begin() + 1024);
+      start = std::chrono::steady_clock::now();
+      s->write("ids", Box{{128, 1024}}, std::vector<int32_t>(ids.begin() + 128, ids.end()));
+      s->read<float>("logits", Box{{1023, 1024}, {0, vocab}});
+      const double prefill_896 = seconds_since(start);
+      const double decode_1024 = decode(*s, ids, vocab, 16);
+
+      std::printf("%s (%s, %lld layers)\n", argv[m], model->config().arch_name.c_str(),
+                  static_cast<long long>(model->config().layers));
+      std::printf("  prefill 128 tokens:        %8.1f tokens/s  (%.3f s)\n", 128 / prefill, prefill);
+      std::printf("  decode at context 128:     %8.1f tokens/s  (%.2f ms/token)\n", 1 / decode_128, decode_128 * 1e3);
+      std::printf("  prefill 128 -> 1024:       %8.1f tokens/s  (%.3f s)\n", 896 / prefill_896, prefill_896);
+      std::printf("  decode at context 1024:    %8.1f tokens/s  (%.2f ms/token)\n", 1 / decode_1024, decode_1024 * 1e3);
+    }
+  } catch (const Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,128 @@
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <random>
+
+#include "tests/kernels/kernel_fixture.h"
+
+using namespace tessera;
+using tessera::kernel_testing::OpFixture;
+
+namespace {
+
+struct AttentionShape {
+  Shape lead;  // leading dims
+  int64_t t = 0, s = 0, hq = 0, hkv = 0, d = 0, dv = 0;
+  AttentionParams params;
+};
+
+AttentionShape random_shape(std::mt19937_64& rng) {
+  AttentionShape a;
+  if (rng() % 4 == 0) a.lead.push_back(static_cast<int64_t>(rng() % 2) + 1);
+  a.hkv = static_cast<int64_t>(rng() % 3) + 1;
+  a.hq = a.hkv * (static_cast<int64_t>(rng() % 3) + 1);
+  const int64_t dims[] = {1, 5, 8, 13, 16, 64, 72};
+  a.d = dims[rng() % 7];
+  a.dv = rng() % 3 == 0 ? dims[rng() % 7] : a.d;
+  a.params.causal = rng() % 4 != 0;
+  a.t = static_cast<int64_t>(rng() % 40) + 1;
+  a.s = a.params.causal ? a.t : static_cast<int64_t>(rng() % 40) + 1;
+  if (a.params.causal && rng() % 3 == 0) a.params.window = static_cast<int64_t>(rng() % 12) + 1;
+  if (rng() % 3 == 0) a.params.softcap = 2.0 + static_cast<double>(rng() % 30);
+  a.params.scale = 1.0 / std::sqrt(static_cast<double>(a.d));
+  return a;
+}
+
+void build(OpFixture& f, const AttentionShape& a, std::mt19937_64& rng) {
+  auto shape = [&](int64_t rows, int64_t heads, int64_t cols) {
+    Shape s = a.lead;
+    s.push_back(rows);
+    s.push_back(heads);
+    s.push_back(cols);
+    return s;
+  };
+  Tensor q = f.graph.input("q", shape(a.t, a.hq, a.d), DType::F32);
+  Tensor k = f.graph.input("k", shape(a.s, a.hkv, a.d), DType::F32);
+  Tensor v = f.graph.input("v", shape(a.s, a.hkv, a.dv), DType::F32);
+  f.out = attention(q, k, v, a.params);
+  // q, k in [-2, 2]: scaled scores up to 4 sqrt(D), enough for peaked softmaxes.
+  f.prepare(rng, {{-2.0, 2.0}, {-2.0, 2.0}, {-1.0, 1.0}});
+}
+
+std::string label(const AttentionShape& a) {
+  return shape_string(a.lead) + " T=" + std::to_string(a.t) + " S=" + std::to_string(a.s) +
+         " Hq=" + std::to_string(a.hq) + " Hkv=" + std::to_string(a.hkv) +
+         " D=" + std::to_string(a.d) + " Dv=" + std::to_string(a.dv) +
+         " causal=" + std::to_string(a.params.causal) +
+         " window=" + std::to_string(a.params.window) +
+         " softcap=" + std::to_string(a.params.softcap);
+}
+
+}  // namespace
+
+TEST_CASE("kernels: attention is optimised for f32 only") {
+  Graph g;
+  AttentionParams p;
+  Tensor a = attention(g.input("q", {4, 2, 8}, DType::F32), g.input("k", {4, 1, 8}, DType::F32),
+                       g.input("v", {4, 1, 8}, DType::F32), p);
+  Tensor b = attention(g.input("qh", {4, 2, 8}, DType::F16), g.input("kh", {4, 1, 8}, DType::F16),
+                       g.input("vh", {4, 1, 8}, DType::F16), p);
+  CHECK(static_cast<bool>(cpu::optimised_kernel(g, a.node())));
+  CHECK_FALSE(static_cast<bool>(cpu::optimised_kernel(g, b.node())));
+}
+
+TEST_CASE("kernels: attention matches the reference within tolerance") {
+  // The output is a convex combination of v values in [-1, 1]. Float scores carry an error of
+  // about (D / 8 + 4) * 2^-24 * scale * sum |q k| <= 1e-5 here, softmax weights a relative error
+  // of twice that plus a few ulp of exp, and the weighted sum (at most 40 keys) ~40 * 2^-24:
+  // 5e-5 absolute bounds all of it with margin.
+  const uint64_t seed = 31;
+  std::mt19937_64 rng(seed);
+  for (int trial = 0; trial < 60; ++trial) {
+    const AttentionShape a = random_shape(rng);
+    OpFixture f;
+    build(f, a, rng);
+    CAPTURE(seed);
+    CAPTURE(trial);
+    CAPTURE(label(a));
+    for (cpu::Isa isa : kernel_testing::test_isas())
+      kernel_testing::check_close(f, isa, [](int64_t, double) { return 5e-5; });
+  }
+}
+
+TEST_CASE("kernels: attention sub-boxes are bitwise equal to the full box") {
+  const uint64_t seed = 32;
+  std::mt19937_64 rng(seed);
+  for (int trial = 0; trial < 40; ++trial) {
+    const AttentionShape a = random_shape(rng);
+    OpFixture f;
+    build(f, a, rng);
+    CAPTURE(seed);
+    CAPTURE(trial);
+    CAPTURE(label(a));
+    for (cpu::Isa isa : kernel_testing::test_isas()) kernel_testing::check_sub_boxes(f, isa, rng);
+  }
+}
+
+TEST_CASE("kernels: attention decode row equals the same row of a long prefill") {
+  // SmolLM2- and Gemma-like heads at a context longer than the 8-key groups and 64-column chunks.
+  std::mt19937_64 rng(33);
+  for (int64_t d : {64, 256}) {
+    AttentionShape a;
+    a.t = a.s = 300;
+    a.hq = 4;
+    a.hkv = 1;
+    a.d = a.dv = d;
+    a.params.scale = 0.125;
+    OpFixture f;
+    build(f, a, rng);
+    for (cpu::Isa isa : kernel_testing::test_isas()) {
+      const KernelFn fast = f.optimised(isa);
+      const std::vector<float> full = f.run(fast, Box::full(f.node().shape));
+      for (int64_t t : {0, 7, 8, 150, 299}) {
+        const std::vector<float> row = f.run(fast, Box{{t, t + 1}, {0, 4}, {0, d}});
+        CHECK(std::memcmp(row.data(), full.data() + t * 4 * d, row.size() * sizeof(float)) == 0);
+      }
+    }
+  }
+}
