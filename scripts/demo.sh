@@ -15,5 +15,7 @@ echo "=== SmolLM2-135M-Instruct (Q4_1) ==="
   --edit "What is the capital of Germany? Answer in one sentence." "$@"
 echo
 echo "=== Gemma-3-270M (Q4_K_M) ==="
-./build/llm_stream --model models/gemma-3-270m-q4_k_m.gguf --tokens 64 \
-  --prompt "Write a short poem about the sea." "$@"
+# This Gemma-3 270M file is the pretrained (base) model: it continues text, so no chat format.
+./build/llm_stream --model models/gemma-3-270m-q4_k_m.gguf --tokens 64 --raw \
+  --prompt "Once upon a time, in a small village by the sea," \
+  --edit "Once upon a time, in a small village in the mountains," "$@"

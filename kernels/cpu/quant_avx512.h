@@ -224,18 +224,7 @@ struct Decoder<DType::Q5_1> {  // y = q * d + m, one rounding
   }
 };
 
-// The eight (d * scale, dmin * min) pairs of a Q4_K / Q5_K super-block (kernels/quant.cc).
-TESSERA_INLINE void k_scales(const uint8_t* b, float* d1, float* m1) {
-  const float d = half_at(b), dmin = half_at(b + 2);
-  const uint8_t* s = b + 4;
-#pragma GCC unroll 4
-  for (int j = 0; j < 4; ++j) {
-    d1[j] = d * static_cast<float>(s[j] & 63);
-    m1[j] = dmin * static_cast<float>(s[j + 4] & 63);
-    d1[j + 4] = d * static_cast<float>((s[j + 8] & 0x0F) | ((s[j] >> 6) << 4));
-    m1[j + 4] = dmin * static_cast<float>((s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4));
-  }
-}
+using avx2::k_scales;  // the eight (d * scale, dmin * min) pairs of a Q4_K / Q5_K block
 
 // The values (d * scale) * q - dmin * min (one rounding) of a sub-block for q = first ..
 // first + 15.
@@ -302,8 +291,10 @@ struct Decoder<DType::Q6_K> {  // y = (d * scales[e / 16]) * (q - 32)
   static constexpr int kScales = 0;
   template <class Sink>
   TESSERA_INLINE static void decode(const uint8_t* b, Sink&& sink) {
-    const float d = half_at(b + 208);
-    const auto* scales = reinterpret_cast<const int8_t*>(b + 192);
+    // d * scales[i] for the 16 scales at once (the same products as one at a time).
+    alignas(64) float scales[16];
+    _mm512_store_ps(scales,
+                    _mm512_mul_ps(_mm512_set1_ps(half_at(b + 208)), i8_to_floats(load16(b + 192))));
     const __m256i low4 = _mm256_set1_epi8(0x0F), offset = _mm256_set1_epi8(32);
 #pragma GCC unroll 2
     for (int half = 0; half < 2; ++half) {
@@ -326,11 +317,10 @@ struct Decoder<DType::Q6_K> {  // y = (d * scales[e / 16]) * (q - 32)
       for (int k = 0; k < 4; ++k) {
         const int group = 4 * half + k;
         const __m256i centred = _mm256_sub_epi8(q[k], offset);
-        const __m512 w[2] = {
-            _mm512_mul_ps(i8_to_floats(_mm256_castsi256_si128(centred)),
-                          _mm512_set1_ps(d * static_cast<float>(scales[2 * group]))),
-            _mm512_mul_ps(i8_to_floats(_mm256_extracti128_si256(centred, 1)),
-                          _mm512_set1_ps(d * static_cast<float>(scales[2 * group + 1])))};
+        const __m512 w[2] = {_mm512_mul_ps(i8_to_floats(_mm256_castsi256_si128(centred)),
+                                           _mm512_set1_ps(scales[2 * group])),
+                             _mm512_mul_ps(i8_to_floats(_mm256_extracti128_si256(centred, 1)),
+                                           _mm512_set1_ps(scales[2 * group + 1]))};
         sink(group, w);
       }
     }
