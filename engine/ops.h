@@ -82,8 +82,8 @@ Tensor cumsum(Tensor x, int64_t axis);
 
 // [..., M, K] x [..., K, N] -> [..., M, N]; batch dims broadcast; rank >= 2 each.
 Tensor matmul(Tensor a, Tensor b);
-// x [..., K] times the transpose of weight [N, K] -> [..., N]. The weight may be float (same
-// dtype as x) or block-quantised (rows of K elements, whole blocks), dequantised in the kernel.
+// x [..., K] times the transpose of weight [N, K] -> [..., N], in the dtype of x. The weight may
+// be any float dtype or block-quantised (rows of K elements, whole blocks), dequantised in the kernel.
 Tensor linear(Tensor x, Tensor weight);
 
 // Movement: plain dtypes, values copied bit-exactly. reshape keeps the row-major order and

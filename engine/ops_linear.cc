@@ -50,8 +50,6 @@ const OpDef kLinearDef{
           if (w.rank() != 2) fail("linear", absl::StrCat("weight must be [N, K], got ", shape_string(w.shape)));
           if (!is_float(w.dtype) && !is_quantized(w.dtype))
             fail("linear", absl::StrCat("weight must be float or quantised, got ", dtype_name(w.dtype)));
-          if (!is_quantized(w.dtype) && w.dtype != x.dtype)
-            fail("linear", absl::StrCat("dtype mismatch: ", dtype_name(x.dtype), " vs ", dtype_name(w.dtype)));
           if (x.shape.back() != w.shape[1])
             fail("linear", absl::StrCat("x ", shape_string(x.shape), " and weight ", shape_string(w.shape),
                                         " disagree on K"));
