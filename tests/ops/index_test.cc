@@ -230,7 +230,7 @@ TEST_CASE("ops: rand gives the same values whatever box computes them") {
   }
 }
 
-TEST_CASE("ops: rand is uniform in [0, 1) and randn is standard normal") {
+TEST_CASE("ops: rand is uniform on the unit interval and randn is standard normal") {
   Graph g;
   std::vector<double> u = values_of(g, rand(g, {100, 100}, 1));
   for (double x : u) REQUIRE((x >= 0 && x < 1));
