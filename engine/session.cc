@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 
@@ -224,6 +226,13 @@ void GraphSession::read_checked(NodeId target, const Box& box, std::span<std::by
   std::vector<Region> valid(values_.size());
   for (size_t i = 0; i < values_.size(); ++i) valid[i] = values_[i].valid;
   std::vector<Step> steps = plan_read(graph_, target, box, valid, options_.max_region_boxes, &reused_);
+  last_plan_.clear();
+  for (const Step& step : steps)
+    absl::StrAppend(&last_plan_, "  %", step.node, " ", op_display_name(graph_.node(step.node)), " ",
+                    step.compute.to_string(), "\n");
+  if (const char* dump = std::getenv("TESSERA_DUMP"); dump != nullptr && std::strstr(dump, "plan") != nullptr)
+    std::fprintf(stderr, "[plan] read %s %s: %zu steps\n%s", op_display_name(tn).c_str(), box.to_string().c_str(),
+                 steps.size(), last_plan_.c_str());
 
   std::vector<TensorView> inputs;
   for (const Step& step : steps) {

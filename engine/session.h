@@ -80,6 +80,9 @@ class GraphSession {
   void read_node(NodeId node, const Box& box, std::span<std::byte> out);
 
   const SessionStats& stats() const { return stats_; }
+  // The steps of the last read, one line each: node id, op and the region computed. Also
+  // printed to stderr on every read when the environment has TESSERA_DUMP=plan.
+  const std::string& last_plan() const { return last_plan_; }
   const Graph& graph() const { return graph_; }
   const Region& valid_region(NodeId node) const;
   bool is_kept(NodeId node) const;
@@ -108,6 +111,7 @@ class GraphSession {
   std::vector<Keep> keep_;
   std::vector<int64_t> reused_;  // elements reads found valid, per node (cache policy signal)
   SessionStats stats_;
+  std::string last_plan_;
 };
 
 template <>

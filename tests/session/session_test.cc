@@ -148,3 +148,18 @@ TEST_CASE("session: keep policies pin or drop nodes, results unchanged") {
   CHECK(p.is_kept(b.id));
   CHECK_FALSE(p.is_kept(c.id));  // the pinned node used the whole budget
 }
+
+TEST_CASE("session: the last plan lists the steps of a read") {
+  Graph g;
+  Tensor a = g.input("a", {4, 3}, DType::F32);
+  Tensor c = exp(a) + a;
+  g.output("c", c);
+  GraphSession s(g);
+  s.read<float>("c", Box{{0, 4}, {0, 3}});
+  s.write("a", Box{{1, 2}, {0, 3}}, std::vector<float>(3, 1.f));
+  s.read<float>("c", Box{{0, 4}, {0, 3}});
+  CHECK(s.last_plan().find("unary.exp {[1:2, 0:3]}") != std::string::npos);
+  CHECK(s.last_plan().find("binary.add {[1:2, 0:3]}") != std::string::npos);
+  s.read<float>("c", Box{{0, 4}, {0, 3}});
+  CHECK(s.last_plan().empty());
+}
