@@ -1,100 +1,165 @@
+// GraphSession: construction (the session passes), writes, the cache policy, explain.
+// Reads and plan execution are in engine/session_read.cc.
 #include "engine/session.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <new>
 
 #include "absl/strings/str_cat.h"
 #include "engine/op_def.h"
-#include "kernels/ref/access.h"
-#include "planner/region_analysis.h"
+#include "engine/session_internal.h"
+#include "planner/cse.h"
+#include "planner/fold.h"
+#include "planner/passes.h"
+#include "planner/verify.h"
 
 namespace tessera {
 
 namespace {
 
-struct AlignedFree {
-  void operator()(std::byte* p) const { ::operator delete[](p, std::align_val_t(64)); }
-};
+constexpr size_t kWriteLogSize = 64;
 
-// Copies `box` between a view and a dense row-major buffer of that box.
-void copy_box(const TensorView& view, const Box& box, std::byte* dense, bool to_view) {
-  const int64_t size = dtype_size(view.dtype);
-  int64_t k = 0;
-  ref::for_each_index(box, [&](const int64_t* i) {
-    std::byte* p = static_cast<std::byte*>(view.data) + view.offset(i) * size;
-    if (to_view) std::memcpy(p, dense + k * size, static_cast<size_t>(size));
-    else std::memcpy(dense + k * size, p, static_cast<size_t>(size));
-    ++k;
-  });
-}
+void free_aligned(std::byte* p) { ::operator delete[](p, std::align_val_t(64)); }
 
 }  // namespace
 
-struct GraphSession::Value {
-  std::unique_ptr<std::byte[], AlignedFree> buffer;
-  TensorView view;  // over buffer (or the graph's constant data)
-  Region valid;
-  bool kept = true;
-  int64_t bytes = 0;  // size of buffer
-};
+std::byte* allocate_aligned(int64_t bytes, std::string_view what) {
+  try {
+    return static_cast<std::byte*>(::operator new[](static_cast<size_t>(std::max<int64_t>(bytes, 1)), std::align_val_t(64)));
+  } catch (const std::bad_alloc&) {
+    throw Error(absl::StrCat("[session] out of memory allocating ", bytes, " bytes for ", std::string(what)));
+  }
+}
 
 GraphSession::GraphSession(const Graph& graph, SessionOptions options)
-    : graph_(graph), options_(options),
+    : graph_(graph), node_count_(graph.size()), graph_hash_(graph.structure_hash()), options_(options),
       backend_(options.backend == BackendKind::Cpu ? make_cpu_backend() : make_reference_backend()),
-      values_(static_cast<size_t>(graph.size())), keep_(static_cast<size_t>(graph.size()), Keep::Auto),
-      reused_(static_cast<size_t>(graph.size()), 0) {
+      values_(static_cast<size_t>(graph.size())), valid_(static_cast<size_t>(graph.size())),
+      kept_(static_cast<size_t>(graph.size()), 1), fixed_(static_cast<size_t>(graph.size()), 0),
+      rep_(static_cast<size_t>(graph.size())), keep_(static_cast<size_t>(graph.size()), Keep::Auto),
+      reused_(static_cast<size_t>(graph.size()), 0), dirtied_by_(static_cast<size_t>(graph.size()), -1) {
+  arena_ = decltype(arena_)(nullptr, free_aligned);
   for (NodeId id = 0; id < graph.size(); ++id) {
     const Node& n = graph.node(id);
     Value& v = values_[static_cast<size_t>(id)];
-    v.valid = Region(n.rank());
+    valid_[static_cast<size_t>(id)] = Region(n.rank());
+    rep_[static_cast<size_t>(id)] = id;
     if (n.kind == OpKind::Input) {
       ensure_buffer(id, Box::full(n.shape));
       std::memset(v.buffer.get(), 0, static_cast<size_t>(v.bytes));
-      v.valid = Region::full(n.shape);
+      valid_[static_cast<size_t>(id)] = Region::full(n.shape);
+      fixed_[static_cast<size_t>(id)] = 1;
     } else if (n.kind == OpKind::Constant) {
       const ConstantData& data = graph.constant_data(n.constant);
       v.view = dense_view(const_cast<void*>(data.data), n.dtype, Box::full(n.shape));
-      v.valid = Region::full(n.shape);
+      valid_[static_cast<size_t>(id)] = Region::full(n.shape);
+      fixed_[static_cast<size_t>(id)] = 1;
     }
   }
   stats_.elements_per_node.assign(values_.size(), 0);
   stats_.kernels_per_node.assign(values_.size(), 0);
+  run_passes();
 }
 
 GraphSession::~GraphSession() = default;
 
+// verify -> fold -> cse (planner/passes.h). Folded values are computed here with this session's
+// backend, through the same plan execution as reads.
+void GraphSession::run_passes() {
+  const bool dump = dump_enabled("passes");
+  verify_graph(graph_);
+  if (dump) std::fprintf(stderr, "[passes] verify: %d nodes ok\n", graph_.size());
+
+  const FoldResult fold = fold_constants(graph_);
+  if (!fold.frontier.empty()) {
+    // Fold as one read per frontier node, with the frontier kept and the interior transient.
+    std::fill(kept_.begin(), kept_.end(), 0);
+    for (NodeId id : fold.frontier) kept_[static_cast<size_t>(id)] = 1;
+    for (NodeId id : fold.frontier) {
+      const Node& n = graph_.node(id);
+      plan_read(graph_, id, Box::full(n.shape), read_state(), scratch_, steps_);
+      Plan& plan = plan_for(id, steps_, nullptr);
+      execute(plan, steps_, false);
+      reset_transients(steps_);
+      fixed_[static_cast<size_t>(id)] = 1;
+      stats_.folded_bytes += values_[static_cast<size_t>(id)].bytes;
+    }
+    std::fill(kept_.begin(), kept_.end(), 1);
+    stats_.folded_nodes = static_cast<int64_t>(fold.frontier.size());
+    // Plans compiled while folding never recur.
+    plans_.clear();
+    plans_.stats() = PlanCacheStats{};
+  }
+  if (dump) {
+    std::fprintf(stderr, "[passes] fold: %zu nodes computed once (%lld bytes), %zu interior nodes\n",
+                 fold.frontier.size(), static_cast<long long>(stats_.folded_bytes), fold.interior.size());
+    for (NodeId id : fold.frontier)
+      std::fprintf(stderr, "  %%%d %s %s\n", id, op_display_name(graph_.node(id)).c_str(),
+                   shape_string(graph_.node(id).shape).c_str());
+  }
+
+  rep_ = merge_common(graph_, fixed_, [&](NodeId id) -> std::span<const std::byte> {
+    const Value& v = values_[static_cast<size_t>(id)];
+    const Node& n = graph_.node(id);
+    return {static_cast<const std::byte*>(v.view.data), static_cast<size_t>(n.size_bytes())};
+  });
+  for (NodeId id = 0; id < graph_.size(); ++id) {
+    const NodeId r = rep_[static_cast<size_t>(id)];
+    if (r == id) continue;
+    stats_.merged_nodes += 1;
+    // A merged fixed node shares its representative's value; others are never computed.
+    if (fixed_[static_cast<size_t>(id)] && graph_.node(id).kind != OpKind::Constant) {
+      stats_.folded_bytes -= values_[static_cast<size_t>(id)].bytes;
+      drop(id);
+      values_[static_cast<size_t>(id)].view = values_[static_cast<size_t>(r)].view;
+      valid_[static_cast<size_t>(id)] = Region::full(graph_.node(id).shape);
+    }
+    if (dump)
+      std::fprintf(stderr, "[passes] cse: %%%d %s -> %%%d\n", id, op_display_name(graph_.node(id)).c_str(), r);
+  }
+  if (dump) std::fprintf(stderr, "[passes] cse: %lld nodes merged\n", static_cast<long long>(stats_.merged_nodes));
+}
+
+ReadState GraphSession::read_state() const {
+  return ReadState{valid_, rep_, fixed_, options_.max_region_boxes};
+}
+
+void GraphSession::check_graph_unchanged() const {
+  if (graph_.size() != node_count_)
+    throw Error(absl::StrCat("[session] the graph has ", graph_.size(), " nodes but had ", node_count_,
+                             " when the session was created; create a new session"));
+}
+
 const Region& GraphSession::valid_region(NodeId node) const {
-  if (node < 0 || node >= graph_.size()) throw Error(absl::StrCat("[session] no node ", node));
-  return values_[static_cast<size_t>(node)].valid;
+  if (node < 0 || node >= node_count_) throw Error(absl::StrCat("[session] no node ", node));
+  return valid_[static_cast<size_t>(rep_[static_cast<size_t>(node)])];
 }
 
 bool GraphSession::is_kept(NodeId node) const {
   valid_region(node);
-  return values_[static_cast<size_t>(node)].kept;
+  return kept_[static_cast<size_t>(rep_[static_cast<size_t>(node)])] != 0;
 }
 
 void GraphSession::set_keep(NodeId node, Keep keep) {
   valid_region(node);
   keep_[static_cast<size_t>(node)] = keep;
+  keep_[static_cast<size_t>(rep_[static_cast<size_t>(node)])] = keep;
+  keep_changed_ = true;
   choose_kept();
 }
 
 int64_t GraphSession::kept_bytes() const {
   int64_t total = 0;
-  for (NodeId id = 0; id < graph_.size(); ++id) {
-    OpKind kind = graph_.node(id).kind;
-    if (kind != OpKind::Input && kind != OpKind::Constant) total += values_[static_cast<size_t>(id)].bytes;
-  }
+  for (NodeId id = 0; id < node_count_; ++id)
+    if (!fixed_[static_cast<size_t>(id)]) total += values_[static_cast<size_t>(id)].bytes;
   return total;
 }
 
 NodeId GraphSession::output_id(std::string_view name) const {
   NodeId id = graph_.find_output(name);
-  if (id < 0) throw Error(absl::StrCat("[session] unknown output '", std::string(name), "'"));
+  if (id < 0 || id >= node_count_) throw Error(absl::StrCat("[session] unknown output '", std::string(name), "'"));
   return id;
 }
 
@@ -109,15 +174,9 @@ void GraphSession::ensure_buffer(NodeId id, const Box& extent) {
   if (v.buffer && v.view.extent.contains(extent)) return;
   const Node& n = graph_.node(id);
   const int64_t bytes = std::max<int64_t>(extent.volume() * dtype_size(n.dtype), 1);
-  std::byte* p = nullptr;
-  try {
-    p = static_cast<std::byte*>(::operator new[](static_cast<size_t>(bytes), std::align_val_t(64)));
-  } catch (const std::bad_alloc&) {
-    throw Error(absl::StrCat("[session] out of memory allocating ", bytes, " bytes for ", op_display_name(n)));
-  }
-  v.buffer.reset(p);
+  v.buffer.reset(allocate_aligned(bytes, op_display_name(n)));
   v.bytes = bytes;
-  v.view = dense_view(p, n.dtype, extent);
+  v.view = dense_view(v.buffer.get(), n.dtype, extent);
 }
 
 void GraphSession::drop(NodeId id) {
@@ -125,12 +184,7 @@ void GraphSession::drop(NodeId id) {
   v.buffer.reset();
   v.bytes = 0;
   v.view = TensorView{};
-  v.valid.clear();
-}
-
-void GraphSession::drop_transients() {
-  for (NodeId id = 0; id < graph_.size(); ++id)
-    if (!values_[static_cast<size_t>(id)].kept && values_[static_cast<size_t>(id)].buffer) drop(id);
+  valid_[static_cast<size_t>(id)].clear();
 }
 
 void GraphSession::write(std::string_view input, const Box& box, std::span<const std::byte> data) {
@@ -140,6 +194,7 @@ void GraphSession::write(std::string_view input, const Box& box, std::span<const
 }
 
 void GraphSession::write(std::string_view input, const Box& box, std::span<const std::byte> data, DType dtype) {
+  check_graph_unchanged();
   NodeId id = graph_.find_input(input);
   if (id < 0) throw Error(absl::StrCat("[session] unknown input '", std::string(input), "'"));
   const Node& n = graph_.node(id);
@@ -152,11 +207,18 @@ void GraphSession::write(std::string_view input, const Box& box, std::span<const
                              " needs ", expected));
   if (box.empty()) return;
   copy_box(values_[static_cast<size_t>(id)].view, box, const_cast<std::byte*>(data.data()), true);
+  const int64_t sequence = ++write_sequence_;
+  if (write_log_.size() == kWriteLogSize) write_log_.erase(write_log_.begin());
+  write_log_.push_back({sequence, absl::StrCat("write #", sequence, " to '", std::string(input), "' ", box.to_string())});
   std::vector<Region> dirty = propagate_dirt(graph_, id, box);
-  for (NodeId k = id + 1; k < graph_.size(); ++k) {
-    Value& v = values_[static_cast<size_t>(k)];
+  for (NodeId k = id + 1; k < node_count_; ++k) {
     const Region& d = dirty[static_cast<size_t>(k)];
-    if (!d.empty() && !v.valid.empty()) v.valid.remove(d);
+    if (d.empty()) continue;
+    Region& valid = valid_[static_cast<size_t>(k)];
+    if (!valid.empty() && valid.intersects(d.bounding_box())) {
+      valid.remove(d);
+    }
+    dirtied_by_[static_cast<size_t>(k)] = sequence;
   }
 }
 
@@ -166,22 +228,21 @@ void GraphSession::read(std::string_view output, const Box& box, std::span<std::
 }
 
 void GraphSession::read_node(NodeId node, const Box& box, std::span<std::byte> out) {
-  if (node < 0 || node >= graph_.size()) throw Error(absl::StrCat("[session] no node ", node));
+  if (node < 0 || node >= node_count_) throw Error(absl::StrCat("[session] no node ", node));
   read_checked(node, box, out, graph_.node(node).dtype);
 }
 
 // Ranks computed nodes by recomputation cost saved per byte and keeps the best under the budget.
 void GraphSession::choose_kept() {
   auto set = [&](NodeId id, bool keep) {
-    Value& v = values_[static_cast<size_t>(id)];
-    if (v.kept && !keep) drop(id);
-    v.kept = keep;
+    if (kept_[static_cast<size_t>(id)] && !keep) drop(id);
+    kept_[static_cast<size_t>(id)] = keep ? 1 : 0;
   };
   std::vector<std::pair<double, NodeId>> ranked;
   int64_t used = 0;
-  for (NodeId id = 0; id < graph_.size(); ++id) {
+  for (NodeId id = 0; id < node_count_; ++id) {
     const Node& n = graph_.node(id);
-    if (n.kind == OpKind::Input || n.kind == OpKind::Constant) continue;
+    if (fixed_[static_cast<size_t>(id)] || rep_[static_cast<size_t>(id)] != id) continue;
     const Keep keep = keep_[static_cast<size_t>(id)];
     if (keep != Keep::Auto || options_.cache_budget_bytes < 0) {
       set(id, keep != Keep::Never);
@@ -205,65 +266,8 @@ void GraphSession::choose_kept() {
     if (keep) used += bytes;
     set(id, keep);
   }
-}
-
-void GraphSession::read_checked(NodeId target, const Box& box, std::span<std::byte> out, DType dtype) {
-  const Node& tn = graph_.node(target);
-  const std::string what = absl::StrCat("read of ", op_display_name(tn), ":");
-  if (dtype != tn.dtype)
-    throw Error(absl::StrCat("[session] ", what, " node is ", dtype_name(tn.dtype), ", buffer is ", dtype_name(dtype)));
-  check_box(what, tn, box);
-  const int64_t expected = box.volume() * dtype_size(tn.dtype);
-  if (static_cast<int64_t>(out.size()) != expected)
-    throw Error(absl::StrCat("[session] ", what, " buffer has ", out.size(), " bytes, box needs ", expected));
-  const auto start = std::chrono::steady_clock::now();
-  std::fill(stats_.elements_per_node.begin(), stats_.elements_per_node.end(), 0);
-  std::fill(stats_.kernels_per_node.begin(), stats_.kernels_per_node.end(), 0);
-  stats_.elements_computed = stats_.kernels_run = stats_.steps = 0;
-  if (box.empty()) return;
-
-  choose_kept();
-  std::vector<Region> valid(values_.size());
-  for (size_t i = 0; i < values_.size(); ++i) valid[i] = values_[i].valid;
-  std::vector<Step> steps = plan_read(graph_, target, box, valid, options_.max_region_boxes, &reused_);
-  last_plan_.clear();
-  for (const Step& step : steps)
-    absl::StrAppend(&last_plan_, "  %", step.node, " ", op_display_name(graph_.node(step.node)), " ",
-                    step.compute.to_string(), "\n");
-  if (const char* dump = std::getenv("TESSERA_DUMP"); dump != nullptr && std::strstr(dump, "plan") != nullptr)
-    std::fprintf(stderr, "[plan] read %s %s: %zu steps\n%s", op_display_name(tn).c_str(), box.to_string().c_str(),
-                 steps.size(), last_plan_.c_str());
-
-  std::vector<TensorView> inputs;
-  for (const Step& step : steps) {
-    const Node& n = graph_.node(step.node);
-    Value& v = values_[static_cast<size_t>(step.node)];
-    try {
-      ensure_buffer(step.node, v.kept ? Box::full(n.shape) : step.compute.bounding_box());
-    } catch (...) {
-      drop_transients();
-      throw;
-    }
-    inputs.clear();
-    for (NodeId in : n.inputs) inputs.push_back(values_[static_cast<size_t>(in)].view);
-    for (const Box& b : step.compute.boxes()) {
-      absl::Status status = backend_->run(KernelArgs{graph_, n, inputs, v.view, b});
-      if (!status.ok()) {
-        drop_transients();
-        throw Error(absl::StrCat("[", op_display_name(n), "] ", status.message()));
-      }
-      stats_.kernels_per_node[static_cast<size_t>(step.node)] += 1;
-      stats_.elements_per_node[static_cast<size_t>(step.node)] += b.volume();
-      stats_.elements_computed += b.volume();
-      stats_.kernels_run += 1;
-    }
-    v.valid.add(step.compute);
-    stats_.steps += 1;
-  }
-  const Value& result = values_[static_cast<size_t>(target)];
-  copy_box(result.view, box, out.data(), false);
-  drop_transients();
-  stats_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  keep_changed_ = false;
+  reads_since_ranking_ = 0;
 }
 
 }  // namespace tessera

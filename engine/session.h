@@ -20,6 +20,8 @@
 
 #include "backends/backend.h"
 #include "engine/graph.h"
+#include "planner/plan.h"
+#include "planner/region_analysis.h"
 #include "regions/region.h"
 
 namespace tessera {
@@ -41,6 +43,8 @@ struct SessionOptions {
   int max_region_boxes = 16;
 };
 
+// Figures of the last read (elements, kernels, steps, seconds, per node) and of the session
+// so far (plans, folding, arena).
 struct SessionStats {
   int64_t elements_computed = 0;  // output elements computed by kernels, all nodes
   int64_t kernels_run = 0;        // kernel invocations (one per box)
@@ -48,6 +52,37 @@ struct SessionStats {
   double seconds = 0;
   std::vector<int64_t> elements_per_node;  // indexed by NodeId
   std::vector<int64_t> kernels_per_node;
+  bool plan_cache_hit = false;  // the last read ran a cached plan (false when it had no work)
+  PlanCacheStats plans;         // cumulative: hits, misses, compiled, loaded, size
+  int64_t reads = 0;            // cumulative reads, and those that found everything valid
+  int64_t reads_without_work = 0;
+  int64_t folded_nodes = 0;  // nodes computed once at creation by the fold pass
+  int64_t folded_bytes = 0;
+  int64_t merged_nodes = 0;  // nodes the cse pass merged into another
+  int64_t arena_bytes = 0;   // transient arena held now (grows to the largest plan, then stays)
+};
+
+// A read pattern for compile_ahead: writes of boxes of inputs, then a read of a box of an
+// output. Only the boxes' extents and relative placement matter to the plan it compiles.
+struct ReadPattern {
+  std::vector<std::pair<std::string, Box>> writes;
+  std::string output;
+  Box read;
+};
+
+// What a read would compute and why, without running anything (GraphSession::explain).
+struct Explanation {
+  struct Entry {
+    NodeId node;
+    std::string op;        // display name
+    Region want;           // what the read needs of the node
+    Region compute;        // need \ valid: what it would compute
+    int64_t valid_elements;  // of `want`, already valid
+    std::string why;       // why `compute` is not valid: never computed, not kept, which write dirtied it
+  };
+  std::vector<Entry> entries;  // in topological order, every node the read needs
+  int64_t elements = 0;        // total elements it would compute
+  std::string to_string() const;
 };
 
 class GraphSession {
@@ -82,7 +117,19 @@ class GraphSession {
   const SessionStats& stats() const { return stats_; }
   // The steps of the last read, one line each: node id, op and the region computed. Also
   // printed to stderr on every read when the environment has TESSERA_DUMP=plan.
-  const std::string& last_plan() const { return last_plan_; }
+  const std::string& last_plan() const;
+  // Which nodes and boxes reading `box` of `output` would compute, and why; runs nothing and
+  // changes nothing. Throws Error for unknown names and bad boxes like read().
+  Explanation explain(std::string_view output, const Box& box) const;
+  // Compiles the plans of declared patterns ahead of time (decode of one token, prefill chunks,
+  // an image edit of up to N x N pixels). Each pattern is simulated from the steady state: kept
+  // nodes valid, transient ones empty, then the writes' dirt removed. Returns how many plans
+  // were new. Throws Error for unknown names or bad boxes.
+  int compile_ahead(std::span<const ReadPattern> patterns);
+  // The optional on-disk plan cache (see PlanCache::save/load): load() ignores, with a warning,
+  // a file that is stale, corrupt or made for another graph or backend, and returns false.
+  void save_plans(const std::string& path) const;
+  bool load_plans(const std::string& path);
   const Graph& graph() const { return graph_; }
   const Region& valid_region(NodeId node) const;
   bool is_kept(NodeId node) const;
@@ -93,25 +140,54 @@ class GraphSession {
 
  private:
   struct Value;
+  struct WriteRecord {
+    int64_t sequence;
+    std::string what;  // "write #3 to 'ids' [5, 6)"
+  };
   template <class T>
   static DType dtype_of();
   void write(std::string_view input, const Box& box, std::span<const std::byte> data, DType dtype);
   void read_checked(NodeId node, const Box& box, std::span<std::byte> out, DType dtype);
   NodeId output_id(std::string_view name) const;
   void check_box(std::string_view what, const Node& node, const Box& box) const;
+  void check_graph_unchanged() const;
   void choose_kept();
   void ensure_buffer(NodeId id, const Box& extent);
   void drop(NodeId id);
-  void drop_transients();
+  void run_passes();
+  ReadState read_state() const;
+  Plan& plan_for(NodeId target, std::span<const Step> steps, const std::vector<Step>* dump_steps);
+  void execute(const Plan& plan, std::span<const Step> steps, bool count);
+  void reset_transients(std::span<const Step> steps);
+  KernelFn choose_kernel(const Node& node) const;
 
   const Graph& graph_;
+  const int32_t node_count_;  // the graph's size when the session was created
+  const uint64_t graph_hash_;
   SessionOptions options_;
   std::unique_ptr<Backend> backend_;
   std::vector<Value> values_;
+  std::vector<Region> valid_;   // per node: where its stored values are current
+  std::vector<uint8_t> kept_;   // per node: 1 when the cache policy keeps it
+  std::vector<uint8_t> fixed_;  // per node: inputs, constants and folded nodes (never computed)
+  std::vector<NodeId> rep_;     // per node: its cse representative
   std::vector<Keep> keep_;
   std::vector<int64_t> reused_;  // elements reads found valid, per node (cache policy signal)
+  bool keep_changed_ = true;
+  int64_t reads_since_ranking_ = 0;
   SessionStats stats_;
-  std::string last_plan_;
+  PlanCache plans_;
+  std::unique_ptr<std::byte[], void (*)(std::byte*)> arena_{nullptr, nullptr};
+  int64_t arena_capacity_ = 0;
+  ReadScratch scratch_;
+  std::vector<Step> steps_;
+  std::vector<NodeId> counted_;  // nodes whose per-node stats the last read set
+  std::vector<TensorView> input_views_;
+  mutable std::string last_plan_;
+  mutable bool last_plan_stale_ = false;
+  std::vector<int64_t> dirtied_by_;  // per node: sequence of the last write that dirtied it, -1 none
+  std::vector<WriteRecord> write_log_;  // the last writes (bounded), for explain
+  int64_t write_sequence_ = 0;
 };
 
 template <>

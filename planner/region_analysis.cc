@@ -1,5 +1,7 @@
 #include "planner/region_analysis.h"
 
+#include <algorithm>
+
 #include "engine/op_def.h"
 
 namespace tessera {
@@ -10,10 +12,12 @@ std::vector<Region> propagate_dirt(const Graph& graph, NodeId input, const Box& 
   // Nodes are in topological order: every input id is smaller than its consumer's id.
   for (NodeId id = input + 1; id < graph.size(); ++id) {
     const Node& node = graph.node(id);
-    const OpDef& def = op_def(node.kind);
-    Region out(node.rank());
+    Region out;
     for (int k = 0; k < static_cast<int>(node.inputs.size()); ++k) {
       const Region& in = dirty[static_cast<size_t>(node.inputs[static_cast<size_t>(k)])];
+      if (in.empty()) continue;
+      if (out.rank() != node.rank()) out = Region(node.rank());
+      const OpDef& def = op_def(node.kind);
       for (const Box& b : in.boxes()) def.forward(graph, node, k, b, out);
     }
     dirty[static_cast<size_t>(id)] = std::move(out);
@@ -21,38 +25,52 @@ std::vector<Region> propagate_dirt(const Graph& graph, NodeId input, const Box& 
   return dirty;
 }
 
-std::vector<Step> plan_read(const Graph& graph, NodeId target, const Box& box,
-                            std::span<const Region> valid, int max_boxes,
-                            std::vector<int64_t>* reused) {
-  std::vector<Region> need(static_cast<size_t>(target) + 1);
-  need[static_cast<size_t>(target)] = Region(box);
-  std::vector<Step> steps;
+void plan_read(const Graph& graph, NodeId target, const Box& box, const ReadState& state,
+               ReadScratch& scratch, std::vector<Step>& steps, std::vector<int64_t>* reused,
+               std::vector<NeedEntry>* explain) {
+  steps.clear();
+  if (scratch.need.size() < static_cast<size_t>(graph.size())) scratch.need.resize(static_cast<size_t>(graph.size()));
+  for (NodeId id : scratch.touched) scratch.need[static_cast<size_t>(id)].clear();
+  scratch.touched.clear();
+  auto rep_of = [&](NodeId id) { return state.rep.empty() ? id : state.rep[static_cast<size_t>(id)]; };
+  auto want_of = [&](NodeId id) -> Region& {
+    Region& r = scratch.need[static_cast<size_t>(id)];
+    if (r.empty()) {
+      if (r.rank() != graph.node(id).rank()) r = Region(graph.node(id).rank());
+      scratch.touched.push_back(id);
+    }
+    return r;
+  };
+  want_of(target).add(box);
   absl::InlinedVector<Box, 4> input_boxes;
+  // Consumers have larger ids than their inputs: walking down from the target visits every
+  // node after all of its readers have added their need.
   for (NodeId id = target; id >= 0; --id) {
-    Region& want = need[static_cast<size_t>(id)];
+    Region& want = scratch.need[static_cast<size_t>(id)];
     if (want.empty()) continue;
     const Node& node = graph.node(id);
-    if (node.kind == OpKind::Input || node.kind == OpKind::Constant) continue;
-    Region missing = want.subtract(valid[static_cast<size_t>(id)]);
+    const Region& valid = state.valid[static_cast<size_t>(id)];
+    if (state.fixed[static_cast<size_t>(id)]) {
+      if (explain != nullptr) explain->push_back(NeedEntry{id, want, Region(node.rank())});
+      continue;
+    }
+    Region missing = valid.empty() ? want : want.subtract(valid);
     if (reused != nullptr) (*reused)[static_cast<size_t>(id)] += want.volume() - missing.volume();
+    if (explain != nullptr) explain->push_back(NeedEntry{id, want, missing});
     if (missing.empty()) continue;
-    missing.cap(max_boxes);
+    missing.cap(state.max_boxes);
     const OpDef& def = op_def(node.kind);
     input_boxes.clear();
     for (NodeId in : node.inputs) input_boxes.push_back(Box::of_rank(graph.node(in).rank()));
     for (const Box& b : missing.boxes()) {
       def.needed(graph, node, b, std::span<Box>(input_boxes.data(), input_boxes.size()));
-      for (size_t k = 0; k < node.inputs.size(); ++k) {
-        Region& in_need = need[static_cast<size_t>(node.inputs[k])];
-        if (in_need.empty()) in_need = Region(graph.node(node.inputs[k]).rank());
-        in_need.add(input_boxes[k]);
-      }
+      for (size_t k = 0; k < node.inputs.size(); ++k)
+        if (!input_boxes[k].empty()) want_of(rep_of(node.inputs[k])).add(input_boxes[k]);
     }
     steps.push_back(Step{id, std::move(missing)});
-    want.clear();
   }
   std::reverse(steps.begin(), steps.end());
-  return steps;
+  if (explain != nullptr) std::reverse(explain->begin(), explain->end());
 }
 
 }  // namespace tessera

@@ -1,7 +1,8 @@
-// Region analysis (planner pass 3): forward propagation of dirt after a write, and the backward
-// need of a read, producing the (node, region) steps to compute in topological order.
+// Pass "region_analysis": forward propagation of dirt after a write, and the backward need of a
+// read, producing the (node, region) steps to compute in topological order.
 #pragma once
 
+#include <cstdint>
 #include <span>
 #include <vector>
 
@@ -19,15 +20,35 @@ struct Step {
   Region compute;  // elements of `node` to compute, disjoint boxes
 };
 
-// Steps that make `box` of `target` valid, given the currently valid region of every node.
-// A step computes exactly need \ valid of its node, where need is what downstream steps read;
-// regions with more than max_boxes boxes are widened to their bounding box (a superset,
-// harmless: recomputing a valid element gives the same bits). Nodes without a kernel (inputs,
-// constants) are never scheduled: they are always valid.
-std::vector<Step> plan_read(const Graph& graph, NodeId target, const Box& box,
-                            std::span<const Region> valid, int max_boxes,
-                            std::vector<int64_t>* reused = nullptr);
-// `reused`, when given (size graph.size()), accumulates per node the elements the read needed
-// that were already valid.
+// What region analysis reads of a session's state. All spans have one entry per node.
+struct ReadState {
+  std::span<const Region> valid;   // valid region of every node
+  std::span<const NodeId> rep;     // representative after cse (empty span: every node is its own)
+  std::span<const uint8_t> fixed;  // 1: never computed, always valid (inputs, constants, folded)
+  int max_boxes = 16;              // need regions with more boxes are widened to their bounding box
+};
+
+// One line of explain(): what a read wanted of a node, what of it was valid, what it computes.
+struct NeedEntry {
+  NodeId node;
+  Region want;
+  Region compute;
+};
+
+// Reusable scratch so that a read does not allocate once warm.
+struct ReadScratch {
+  std::vector<Region> need;
+  std::vector<NodeId> touched;
+};
+
+// Steps that make `box` of `target` (a representative) valid. A step computes exactly
+// need \ valid of its node, where need is what downstream steps read; regions with more than
+// max_boxes boxes are widened to their bounding box (a superset, harmless: recomputing a valid
+// element gives the same bits). Fixed nodes are never scheduled. `reused`, when given,
+// accumulates per node the elements the read needed that were already valid; `explain`, when
+// given, receives one entry per node the read needed, in topological order.
+void plan_read(const Graph& graph, NodeId target, const Box& box, const ReadState& state,
+               ReadScratch& scratch, std::vector<Step>& steps, std::vector<int64_t>* reused = nullptr,
+               std::vector<NeedEntry>* explain = nullptr);
 
 }  // namespace tessera

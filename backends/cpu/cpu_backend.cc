@@ -10,12 +10,10 @@ class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(bool optimised) : optimised_(optimised) {}
   std::string_view name() const override { return optimised_ ? "cpu" : "reference"; }
-  absl::Status run(const KernelArgs& args) override {
+  KernelFn kernel_for(const Graph& graph, const Node& node) const override {
     if (optimised_)
-      if (KernelFn fast = cpu::optimised_kernel(args.graph, args.node)) return fast(args);
-    KernelFn fn = ref::reference_kernel(args.node.kind);
-    if (fn == nullptr) return absl::InternalError("no kernel for this op");
-    return fn(args);
+      if (KernelFn fast = cpu::optimised_kernel(graph, node)) return fast;
+    return ref::reference_kernel(node.kind);
   }
 
  private:

@@ -1,0 +1,239 @@
+// GraphSession reads: region analysis, plan lookup (compiling on a miss), plan execution over
+// the transient arena; explain and compile_ahead, which plan without running.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "engine/op_def.h"
+#include "engine/session.h"
+#include "engine/session_internal.h"
+#include "planner/passes.h"
+
+namespace tessera {
+
+KernelFn GraphSession::choose_kernel(const Node& node) const { return backend_->kernel_for(graph_, node); }
+
+Plan& GraphSession::plan_for(NodeId target, std::span<const Step> steps, const std::vector<Step>* dump_steps) {
+  PlanPattern pattern = plan_pattern(graph_, graph_hash_, backend_->name(), target, steps, kept_, rep_);
+  if (Plan* plan = plans_.find(pattern)) {
+    plans_.stats().hits += 1;
+    stats_.plan_cache_hit = true;
+    return *plan;
+  }
+  plans_.stats().misses += 1;
+  plans_.stats().compiled += 1;
+  stats_.plan_cache_hit = false;
+  std::unique_ptr<Plan> compiled =
+      compile_plan(graph_, std::move(pattern), [&](const Node& node) { return choose_kernel(node); });
+  if (compiled == nullptr) throw Error("[plan] internal error: a read produced a malformed pattern");
+  Plan* plan = plans_.insert(std::move(compiled));
+  if (dump_steps != nullptr && dump_enabled("plan")) std::fprintf(stderr, "[plan] compiled %s", plan->describe(graph_).c_str());
+  return *plan;
+}
+
+// Runs the plan's kernels over the steps' boxes. Transient outputs live in the arena at the
+// plan's offsets; kept outputs in their own full-size buffers. On failure the failed step's
+// output is not marked valid, the transients are reset by the caller, and Error is thrown.
+void GraphSession::execute(const Plan& plan, std::span<const Step> steps, bool count) {
+  if (plan.arena_bytes > arena_capacity_) {
+    arena_.reset(allocate_aligned(plan.arena_bytes, "the transient arena"));
+    arena_capacity_ = plan.arena_bytes;
+    stats_.arena_bytes = arena_capacity_;
+  }
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const Step& step = steps[i];
+    const PlanStep& ps = plan.steps[i];
+    const Node& n = graph_.node(step.node);
+    Value& v = values_[static_cast<size_t>(step.node)];
+    if (ps.arena_offset < 0) {
+      ensure_buffer(step.node, Box::full(n.shape));
+    } else {
+      v.view = dense_view(arena_.get() + ps.arena_offset, n.dtype, step.compute.bounding_box());
+    }
+    if (ps.kernel == nullptr)
+      throw Error(absl::StrCat("[", op_display_name(n), "] backend ", std::string(backend_->name()), " has no kernel for this op"));
+    input_views_.clear();
+    for (NodeId in : n.inputs) input_views_.push_back(values_[static_cast<size_t>(rep_[static_cast<size_t>(in)])].view);
+    for (const Box& b : step.compute.boxes()) {
+      absl::Status status = ps.kernel(KernelArgs{graph_, n, input_views_, v.view, b});
+      if (!status.ok()) throw Error(absl::StrCat("[", op_display_name(n), "] ", status.message()));
+      if (count) {
+        stats_.kernels_per_node[static_cast<size_t>(step.node)] += 1;
+        stats_.elements_per_node[static_cast<size_t>(step.node)] += b.volume();
+        stats_.elements_computed += b.volume();
+        stats_.kernels_run += 1;
+      }
+    }
+    if (count) {
+      counted_.push_back(step.node);
+      stats_.steps += 1;
+    }
+    valid_[static_cast<size_t>(step.node)].add(step.compute);
+  }
+}
+
+// Transient values exist only during the read that computes them.
+void GraphSession::reset_transients(std::span<const Step> steps) {
+  for (const Step& step : steps)
+    if (!kept_[static_cast<size_t>(step.node)]) {
+      valid_[static_cast<size_t>(step.node)].clear();
+      values_[static_cast<size_t>(step.node)].view = TensorView{};
+    }
+}
+
+void GraphSession::read_checked(NodeId node, const Box& box, std::span<std::byte> out, DType dtype) {
+  check_graph_unchanged();
+  const Node& tn = graph_.node(node);
+  if (dtype != tn.dtype)
+    throw Error(absl::StrCat("[session] read of ", op_display_name(tn), ": node is ", dtype_name(tn.dtype), ", buffer is ",
+                             dtype_name(dtype)));
+  if (box.rank() != tn.rank() || !box.inside(tn.shape))
+    check_box(absl::StrCat("read of ", op_display_name(tn), ":"), tn, box);
+  const int64_t expected = box.volume() * dtype_size(tn.dtype);
+  if (static_cast<int64_t>(out.size()) != expected)
+    throw Error(absl::StrCat("[session] read of ", op_display_name(tn), ": buffer has ", out.size(), " bytes, box needs ",
+                             expected));
+  const auto start = std::chrono::steady_clock::now();
+  for (NodeId id : counted_) {
+    stats_.elements_per_node[static_cast<size_t>(id)] = 0;
+    stats_.kernels_per_node[static_cast<size_t>(id)] = 0;
+  }
+  counted_.clear();
+  stats_.elements_computed = stats_.kernels_run = stats_.steps = 0;
+  stats_.plan_cache_hit = false;
+  stats_.reads += 1;
+  steps_.clear();
+  last_plan_stale_ = true;
+  if (box.empty()) return;
+  const NodeId target = rep_[static_cast<size_t>(node)];
+  Value& result = values_[static_cast<size_t>(target)];
+
+  // Everything valid already: no planning at all.
+  if (valid_[static_cast<size_t>(target)].contains(box)) {
+    reused_[static_cast<size_t>(target)] += box.volume();
+    copy_box(result.view, box, out.data(), false);
+    stats_.reads_without_work += 1;
+    stats_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return;
+  }
+  if (keep_changed_ || (options_.cache_budget_bytes >= 0 && ++reads_since_ranking_ >= 16)) choose_kept();
+  plan_read(graph_, target, box, read_state(), scratch_, steps_, &reused_);
+  if (dump_enabled("plan"))
+    std::fprintf(stderr, "[plan] read %s %s: %zu steps\n%s", op_display_name(tn).c_str(), box.to_string().c_str(),
+                 steps_.size(), last_plan().c_str());
+  try {
+    Plan& plan = plan_for(target, steps_, &steps_);
+    plan.runs += 1;
+    execute(plan, steps_, true);
+  } catch (...) {
+    reset_transients(steps_);
+    stats_.plans = plans_.stats();
+    throw;
+  }
+  copy_box(result.view, box, out.data(), false);
+  reset_transients(steps_);
+  stats_.plans = plans_.stats();
+  stats_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+const std::string& GraphSession::last_plan() const {
+  if (last_plan_stale_) {
+    last_plan_.clear();
+    for (const Step& step : steps_)
+      absl::StrAppend(&last_plan_, "  %", step.node, " ", op_display_name(graph_.node(step.node)), " ",
+                      step.compute.to_string(), "\n");
+    last_plan_stale_ = false;
+  }
+  return last_plan_;
+}
+
+Explanation GraphSession::explain(std::string_view output, const Box& box) const {
+  check_graph_unchanged();
+  const NodeId id = output_id(output);
+  const Node& tn = graph_.node(id);
+  check_box(absl::StrCat("explain of '", std::string(output), "':"), tn, box);
+  Explanation result;
+  if (box.empty()) return result;
+  ReadScratch scratch;
+  std::vector<Step> steps;
+  std::vector<NeedEntry> needs;
+  plan_read(graph_, rep_[static_cast<size_t>(id)], box, read_state(), scratch, steps, nullptr, &needs);
+  for (const NeedEntry& e : needs) {
+    Explanation::Entry entry{e.node, op_display_name(graph_.node(e.node)), e.want, e.compute,
+                             e.want.volume() - e.compute.volume(), ""};
+    const size_t i = static_cast<size_t>(e.node);
+    if (fixed_[i]) entry.why = graph_.node(e.node).kind == OpKind::Input ? "input" : "constant (folded at creation)";
+    else if (e.compute.empty()) entry.why = "valid";
+    else if (!kept_[i]) entry.why = "transient (not kept between reads)";
+    else if (dirtied_by_[i] < 0) entry.why = valid_[i].empty() ? "never computed" : "not computed yet";
+    else {
+      entry.why = "an earlier write dirtied it";
+      for (const WriteRecord& w : write_log_)
+        if (w.sequence == dirtied_by_[i]) entry.why = absl::StrCat(w.what, " dirtied it");
+      if (entry.compute.volume() > 0 && valid_[i].empty()) absl::StrAppend(&entry.why, " (or never computed)");
+    }
+    result.elements += entry.compute.volume();
+    result.entries.push_back(std::move(entry));
+  }
+  return result;
+}
+
+std::string Explanation::to_string() const {
+  std::string out = absl::StrCat("explain: ", elements, " elements to compute\n");
+  for (const Entry& e : entries)
+    absl::StrAppend(&out, "  %", e.node, " ", e.op, " want ", e.want.to_string(), ": ",
+                    e.compute.empty() ? std::string("nothing to compute") : absl::StrCat("compute ", e.compute.to_string()),
+                    ", ", e.valid_elements, " valid; ", e.why, "\n");
+  return out;
+}
+
+int GraphSession::compile_ahead(std::span<const ReadPattern> patterns) {
+  check_graph_unchanged();
+  if (keep_changed_) choose_kept();
+  int compiled = 0;
+  for (const ReadPattern& pattern : patterns) {
+    const NodeId out = output_id(pattern.output);
+    check_box(absl::StrCat("compile_ahead of '", pattern.output, "':"), graph_.node(out), pattern.read);
+    // The steady state: kept values valid everywhere, transients empty, fixed nodes as they are.
+    std::vector<Region> valid(valid_.size());
+    for (NodeId id = 0; id < node_count_; ++id) {
+      const size_t i = static_cast<size_t>(id);
+      valid[i] = fixed_[i] || kept_[i] ? Region::full(graph_.node(id).shape) : Region(graph_.node(id).rank());
+    }
+    for (const auto& [name, box] : pattern.writes) {
+      const NodeId in = graph_.find_input(name);
+      if (in < 0) throw Error(absl::StrCat("[session] compile_ahead: unknown input '", name, "'"));
+      check_box(absl::StrCat("compile_ahead write to '", name, "':"), graph_.node(in), box);
+      std::vector<Region> dirty = propagate_dirt(graph_, in, box);
+      for (NodeId k = in + 1; k < node_count_; ++k)
+        if (!dirty[static_cast<size_t>(k)].empty() && !fixed_[static_cast<size_t>(k)])
+          valid[static_cast<size_t>(k)].remove(dirty[static_cast<size_t>(k)]);
+    }
+    ReadScratch scratch;
+    std::vector<Step> steps;
+    const NodeId target = rep_[static_cast<size_t>(out)];
+    plan_read(graph_, target, pattern.read, ReadState{valid, rep_, fixed_, options_.max_region_boxes}, scratch, steps);
+    if (steps.empty()) continue;
+    PlanPattern key = plan_pattern(graph_, graph_hash_, backend_->name(), target, steps, kept_, rep_);
+    if (plans_.find(key) != nullptr) continue;
+    std::unique_ptr<Plan> plan = compile_plan(graph_, std::move(key), [&](const Node& node) { return choose_kernel(node); });
+    if (plan == nullptr) throw Error("[plan] internal error: compile_ahead produced a malformed pattern");
+    plans_.insert(std::move(plan));
+    plans_.stats().compiled += 1;
+    compiled += 1;
+  }
+  stats_.plans = plans_.stats();
+  return compiled;
+}
+
+void GraphSession::save_plans(const std::string& path) const { plans_.save(path, graph_hash_, backend_->name()); }
+
+bool GraphSession::load_plans(const std::string& path) {
+  const bool ok =
+      plans_.load(path, graph_, graph_hash_, backend_->name(), [&](const Node& node) { return choose_kernel(node); });
+  stats_.plans = plans_.stats();
+  return ok;
+}
+
+}  // namespace tessera

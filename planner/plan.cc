@@ -1,0 +1,160 @@
+#include "planner/plan.h"
+
+#include "absl/strings/str_cat.h"
+#include "engine/op_def.h"
+#include "xxhash.h"
+
+namespace tessera {
+
+namespace {
+
+NodeId rep_of(std::span<const NodeId> rep, NodeId id) { return rep.empty() ? id : rep[static_cast<size_t>(id)]; }
+
+bool elementwise(OpKind kind) { return kind == OpKind::Unary || kind == OpKind::Binary || kind == OpKind::Where; }
+
+// Per step: the index of the last step reading its node (steps.size() for the target), and the
+// step it may overwrite in place (-1 for none).
+struct Liveness {
+  std::vector<int32_t> last_use;
+  std::vector<int32_t> in_place_of;
+};
+
+Liveness liveness(const Graph& graph, NodeId target, std::span<const Step> steps, std::span<const uint8_t> kept,
+                  std::span<const NodeId> rep) {
+  const int32_t n = static_cast<int32_t>(steps.size());
+  Liveness live;
+  live.last_use.assign(steps.size(), -1);
+  live.in_place_of.assign(steps.size(), -1);
+  // Steps are few next to the graph: a small map from node to step index.
+  absl::flat_hash_map<NodeId, int32_t> step_of;
+  step_of.reserve(steps.size());
+  for (int32_t i = 0; i < n; ++i) step_of[steps[static_cast<size_t>(i)].node] = i;
+  for (int32_t i = 0; i < n; ++i)
+    for (NodeId in : graph.node(steps[static_cast<size_t>(i)].node).inputs)
+      if (auto it = step_of.find(rep_of(rep, in)); it != step_of.end()) live.last_use[static_cast<size_t>(it->second)] = i;
+  if (auto it = step_of.find(target); it != step_of.end()) live.last_use[static_cast<size_t>(it->second)] = n;
+  for (int32_t i = 0; i < n; ++i) {
+    const Step& step = steps[static_cast<size_t>(i)];
+    const Node& node = graph.node(step.node);
+    if (!elementwise(node.kind) || kept[static_cast<size_t>(step.node)]) continue;
+    const Box extent = step.compute.bounding_box();
+    for (NodeId in : node.inputs) {
+      auto it = step_of.find(rep_of(rep, in));
+      if (it == step_of.end()) continue;
+      const int32_t j = it->second;
+      const Step& donor = steps[static_cast<size_t>(j)];
+      if (kept[static_cast<size_t>(donor.node)] || live.last_use[static_cast<size_t>(j)] != i ||
+          graph.node(donor.node).dtype != node.dtype || !(donor.compute.bounding_box() == extent))
+        continue;
+      live.in_place_of[static_cast<size_t>(i)] = j;
+      break;
+    }
+  }
+  return live;
+}
+
+}  // namespace
+
+int64_t bucket_extent(int64_t extent, int64_t dim) {
+  if (extent >= dim) return dim;
+  int64_t b = 1;
+  while (b < extent) b <<= 1;
+  return b < dim ? b : dim;
+}
+
+PlanPattern plan_pattern(const Graph& graph, uint64_t graph_hash, std::string_view backend, NodeId target,
+                         std::span<const Step> steps, std::span<const uint8_t> kept, std::span<const NodeId> rep) {
+  PlanPattern p;
+  const Liveness live = liveness(graph, target, steps, kept, rep);
+  p.words.reserve(4 + steps.size() * 6);
+  p.words.push_back(static_cast<int64_t>(graph_hash));
+  p.words.push_back(static_cast<int64_t>(XXH3_64bits(backend.data(), backend.size())));
+  p.words.push_back(target);
+  p.words.push_back(static_cast<int64_t>(steps.size()));
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const Node& node = graph.node(steps[i].node);
+    const bool is_kept = kept[static_cast<size_t>(steps[i].node)] != 0;
+    p.words.push_back(steps[i].node);
+    p.words.push_back(is_kept ? 1 : 0);
+    p.words.push_back(live.last_use[i]);
+    p.words.push_back(live.in_place_of[i]);
+    if (is_kept) continue;
+    const Box extent = steps[i].compute.bounding_box();
+    for (int d = 0; d < extent.rank(); ++d) p.words.push_back(bucket_extent(extent.extent(d), node.shape[static_cast<size_t>(d)]));
+  }
+  p.key = XXH3_64bits(p.words.data(), p.words.size() * sizeof(int64_t));
+  return p;
+}
+
+std::unique_ptr<Plan> compile_plan(const Graph& graph, PlanPattern pattern,
+                                   absl::FunctionRef<KernelFn(const Node&)> choose) {
+  auto plan = std::make_unique<Plan>();
+  const std::vector<int64_t>& w = pattern.words;
+  auto bad = [] { return std::unique_ptr<Plan>(); };
+  if (w.size() < 4 || w[3] < 0) return bad();
+  const int64_t n = w[3];
+  std::vector<BufferRequest> requests;
+  size_t pos = 4;
+  for (int64_t i = 0; i < n; ++i) {
+    if (pos + 4 > w.size()) return bad();
+    BufferRequest r;
+    const int64_t node = w[pos], kept = w[pos + 1], last_use = w[pos + 2], in_place_of = w[pos + 3];
+    pos += 4;
+    if (node < 0 || node >= graph.size() || last_use < i || last_use > n || in_place_of < -1 || in_place_of >= i)
+      return bad();
+    r.node = static_cast<NodeId>(node);
+    r.last_use = static_cast<int32_t>(last_use);
+    r.in_place_of = static_cast<int32_t>(in_place_of);
+    const Node& nd = graph.node(r.node);
+    if (kept == 0) {
+      if (pos + static_cast<size_t>(nd.rank()) > w.size()) return bad();
+      int64_t elements = 1;
+      for (int d = 0; d < nd.rank(); ++d) {
+        const int64_t e = w[pos++];
+        if (e < 0 || e > nd.shape[static_cast<size_t>(d)]) return bad();
+        elements *= e;
+      }
+      r.bytes = std::max<int64_t>(dtype_bytes(nd.dtype, elements), 1);
+    }
+    requests.push_back(r);
+  }
+  if (pos != w.size()) return bad();
+  MemoryPlan memory = plan_memory(requests);
+  plan->pattern = std::move(pattern);
+  plan->arena_bytes = memory.arena_bytes;
+  plan->in_place_steps = memory.in_place_steps;
+  plan->steps.resize(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    PlanStep& s = plan->steps[i];
+    s.node = requests[i].node;
+    s.kernel = choose(graph.node(s.node));
+    s.arena_offset = memory.placements[i].offset;
+    s.in_place = memory.placements[i].in_place;
+  }
+  return plan;
+}
+
+std::string Plan::describe(const Graph& graph) const {
+  std::string out = absl::StrCat("plan ", absl::Hex(pattern.key, absl::kZeroPad16), ": ", steps.size(),
+                                 " steps, arena ", arena_bytes, " bytes, ", in_place_steps, " in place\n");
+  for (const PlanStep& s : steps)
+    absl::StrAppend(&out, "  %", s.node, " ", op_display_name(graph.node(s.node)),
+                    s.arena_offset < 0 ? " kept" : absl::StrCat(" arena+", s.arena_offset),
+                    s.in_place ? " in-place" : "", s.kernel == nullptr ? " NO KERNEL" : "", "\n");
+  return out;
+}
+
+Plan* PlanCache::find(const PlanPattern& pattern) {
+  auto it = plans_.find(pattern.key);
+  if (it == plans_.end() || it->second->pattern.words != pattern.words) return nullptr;
+  return it->second.get();
+}
+
+Plan* PlanCache::insert(std::unique_ptr<Plan> plan) {
+  Plan* p = plan.get();
+  plans_[plan->pattern.key] = std::move(plan);
+  stats_.size = static_cast<int64_t>(plans_.size());
+  return p;
+}
+
+}  // namespace tessera

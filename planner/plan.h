@@ -1,0 +1,96 @@
+// Plans: the compiled form of a read's steps, cached by pattern.
+//
+// Region analysis runs on every read (it is exact and cheap); what it produces is a list of
+// (node, region) steps. Reads with the same pattern (the same nodes in the same order, the same
+// kept/transient status, box extents rounded up to buckets, the same in-place opportunities)
+// share one Plan: the kernel of every step, chosen once for the backend, and the memory plan
+// of the transient buffers. Box offsets are run-time parameters: decode steps at positions t
+// and t + 1 run the same plan. Keys are 64-bit xxHashes of (graph structure hash, backend,
+// target, pattern); the full pattern is stored with the plan and compared on lookup, so a hash
+// collision costs a recompile, never a wrong plan.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
+#include "engine/graph.h"
+#include "kernels/view.h"
+#include "planner/memory_plan.h"
+#include "planner/region_analysis.h"
+
+namespace tessera {
+
+// Extent of a buffer dimension rounded up to its bucket: the next power of two, at most `dim`.
+int64_t bucket_extent(int64_t extent, int64_t dim);
+
+// The pattern of a read, built from its steps. `kept[id]` is the cache policy's decision;
+// `rep` maps nodes to their cse representative (empty: identity).
+struct PlanPattern {
+  uint64_t key = 0;
+  std::vector<int64_t> words;  // the exact pattern the key hashes
+};
+PlanPattern plan_pattern(const Graph& graph, uint64_t graph_hash, std::string_view backend, NodeId target,
+                         std::span<const Step> steps, std::span<const uint8_t> kept,
+                         std::span<const NodeId> rep);
+
+struct PlanStep {
+  NodeId node = -1;
+  KernelFn kernel = nullptr;  // nullptr: the backend has no kernel (the read fails cleanly)
+  int64_t arena_offset = -1;  // transient output's offset in the arena; -1: kept (own buffer)
+  bool in_place = false;      // output shares an input's block (that input dies here)
+};
+
+struct Plan {
+  PlanPattern pattern;
+  std::vector<PlanStep> steps;
+  int64_t arena_bytes = 0;
+  int64_t in_place_steps = 0;
+  int64_t runs = 0;
+  std::string describe(const Graph& graph) const;  // one line per step, for dumps
+};
+
+// Builds the plan of a pattern: everything it needs is in the pattern's words (per step: node,
+// kept, last reader, in-place donor, bucketed extents), so a pattern read from disk compiles
+// exactly like a fresh one. `choose` picks a kernel for a node. Returns nullptr when the words
+// are not a well-formed pattern of this graph.
+std::unique_ptr<Plan> compile_plan(const Graph& graph, PlanPattern pattern,
+                                   absl::FunctionRef<KernelFn(const Node&)> choose);
+
+struct PlanCacheStats {
+  int64_t hits = 0;
+  int64_t misses = 0;    // each miss compiles one plan
+  int64_t compiled = 0;  // plans compiled (misses plus compile_ahead)
+  int64_t loaded = 0;    // plans read from disk
+  int64_t size = 0;      // plans held now
+};
+
+class PlanCache {
+ public:
+  // The cached plan for this pattern, or nullptr.
+  Plan* find(const PlanPattern& pattern);
+  Plan* insert(std::unique_ptr<Plan> plan);
+  PlanCacheStats& stats() { return stats_; }
+  const PlanCacheStats& stats() const { return stats_; }
+  void clear() { plans_.clear(); stats_.size = 0; }
+
+  // On-disk cache of the patterns of the cached plans; load() compiles each again (kernels and
+  // memory plan are recomputed, nothing stored is used unchecked). The file records the graph
+  // structure hash and backend and ends with an xxHash of its contents: a file that is
+  // truncated, corrupt, or made for another graph or backend is ignored with a warning on
+  // stderr and returns false; it is never trusted. save() throws Error when it cannot write.
+  void save(const std::string& path, uint64_t graph_hash, std::string_view backend) const;
+  bool load(const std::string& path, const Graph& graph, uint64_t graph_hash, std::string_view backend,
+            absl::FunctionRef<KernelFn(const Node&)> choose);
+
+ private:
+  absl::flat_hash_map<uint64_t, std::unique_ptr<Plan>> plans_;
+  PlanCacheStats stats_;
+};
+
+}  // namespace tessera
