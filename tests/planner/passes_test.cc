@@ -1,0 +1,140 @@
+// Session passes (verify, fold, cse), the memory plan and explain.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "engine/ops.h"
+#include "engine/session.h"
+#include "planner/memory_plan.h"
+#include "planner/passes.h"
+
+using namespace tessera;
+
+namespace {
+
+std::vector<float> ramp(int64_t n, float scale) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = scale * static_cast<float>(static_cast<int64_t>(i % 7) - 3);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("planner: passes are listed in the order they run") {
+  std::vector<std::string> names;
+  for (const PassInfo& p : planner_passes()) names.push_back(p.name);
+  CHECK(names == std::vector<std::string>{"verify", "fold", "cse", "region_analysis", "plan_lookup",
+                                          "kernel_choice", "memory_plan"});
+}
+
+TEST_CASE("planner: constant subgraphs are folded once at session creation, bitwise as unfolded") {
+  // A weight transposed and cast at run time: the fold pass computes it when the session is made.
+  auto build = [](Graph& g, bool weight_is_input) {
+    Tensor x = g.input("x", {5, 6}, DType::F32);
+    Tensor w = weight_is_input ? g.input("w", {4, 6}, DType::F32) : g.constant({4, 6}, ramp(24, 0.25f));
+    Tensor wt = cast(cast(transpose(w, 0, 1), DType::F16), DType::F32);
+    g.output("y", matmul(x, wt));
+    return wt;
+  };
+  Graph folded_graph, plain_graph;
+  Tensor wt = build(folded_graph, false);
+  build(plain_graph, true);
+  GraphSession folded(folded_graph), plain(plain_graph);
+  CHECK(folded.stats().folded_nodes == 1);  // the outer cast: the frontier of the constant subgraph
+  CHECK(folded.stats().folded_bytes == 6 * 4 * 4);
+  CHECK(plain.stats().folded_nodes == 0);
+  plain.write("w", Box{{0, 4}, {0, 6}}, ramp(24, 0.25f));
+  for (GraphSession* s : {&folded, &plain}) s->write("x", Box{{0, 5}, {0, 6}}, ramp(30, 0.5f));
+  std::vector<float> a = folded.read<float>("y", Box{{0, 5}, {0, 4}});
+  CHECK(folded.stats().elements_per_node[static_cast<size_t>(wt.id)] == 0);
+  CHECK(folded.stats().elements_computed == 5 * 4);  // the matmul only
+  CHECK(a == plain.read<float>("y", Box{{0, 5}, {0, 4}}));
+  CHECK(folded.valid_region(wt.id) == Region::full(wt.shape()));
+  // Kept bytes count computed node values, not folded weights.
+  CHECK(folded.kept_bytes() == 5 * 4 * 4);
+}
+
+TEST_CASE("planner: cse merges folded values that are equal, and the nodes that read them") {
+  Graph g;
+  Tensor x = g.input("x", {3, 4}, DType::F32);
+  Tensor w = g.constant({4, 4}, ramp(16, 1.0f));
+  Tensor direct = matmul(x, w);
+  Tensor roundabout = matmul(x, transpose(transpose(w, 0, 1), 0, 1));
+  g.output("direct", direct);
+  g.output("roundabout", roundabout);
+  GraphSession s(g);
+  CHECK(s.stats().merged_nodes == 2);  // the double transpose (equal bytes to w) and its matmul
+  s.write("x", Box{{0, 3}, {0, 4}}, ramp(12, 0.5f));
+  std::vector<float> a = s.read<float>("direct", Box{{0, 3}, {0, 4}});
+  CHECK(s.stats().elements_computed == 12);
+  std::vector<float> b = s.read<float>("roundabout", Box{{0, 3}, {0, 4}});
+  CHECK(s.stats().elements_computed == 0);  // the same value, already valid
+  CHECK(a == b);
+  CHECK(s.valid_region(roundabout.id) == s.valid_region(direct.id));
+}
+
+TEST_CASE("planner: the memory plan reuses dead blocks and writes elementwise steps in place") {
+  // A chain of five 1000-byte transients, each read only by the next.
+  std::vector<BufferRequest> chain;
+  for (int32_t i = 0; i < 5; ++i) chain.push_back(BufferRequest{i, 1000, i + 1 < 5 ? i + 1 : 5, -1});
+  MemoryPlan separate = plan_memory(chain);
+  CHECK(separate.arena_bytes == 2 * 1024);  // two live at a time, 64-byte aligned
+  CHECK(separate.in_place_steps == 0);
+  for (int32_t i = 1; i < 5; ++i) chain[static_cast<size_t>(i)].in_place_of = i - 1;
+  MemoryPlan in_place = plan_memory(chain);
+  CHECK(in_place.arena_bytes == 1024);
+  CHECK(in_place.in_place_steps == 4);
+  for (const BufferPlacement& p : in_place.placements) CHECK(p.offset == 0);
+  // Kept values take no arena; a value read late stays live until then.
+  std::vector<BufferRequest> mixed = {{0, 640, 3, -1}, {1, 0, 2, -1}, {2, 640, 3, -1}, {3, 640, 4, -1}};
+  MemoryPlan m = plan_memory(mixed);
+  CHECK(m.placements[1].offset == -1);
+  CHECK(m.placements[0].offset != m.placements[2].offset);
+  CHECK(m.placements[3].offset != m.placements[0].offset);
+  CHECK(m.placements[3].offset != m.placements[2].offset);
+}
+
+TEST_CASE("planner: transients of a long elementwise chain share a small arena, results unchanged") {
+  Graph g;
+  Tensor x = g.input("x", {64, 33}, DType::F32);
+  Tensor y = x;
+  for (int i = 0; i < 12; ++i) y = (i % 2 == 0) ? tanh(y) : y * x;
+  g.output("y", y);
+  GraphSession transient(g), kept(g);
+  for (NodeId id = 0; id < g.size(); ++id) transient.set_keep(id, Keep::Never);
+  for (GraphSession* s : {&transient, &kept}) s->write("x", Box{{0, 64}, {0, 33}}, ramp(64 * 33, 0.1f));
+  std::vector<float> a = transient.read<float>("y", Box{{0, 64}, {0, 33}});
+  CHECK(a == kept.read<float>("y", Box{{0, 64}, {0, 33}}));
+  // Twelve 64x33 f32 transients; with reuse and in-place steps the arena holds about two.
+  CHECK(transient.stats().arena_bytes <= 3 * 64 * 33 * 4);
+  CHECK(transient.kept_bytes() == 0);
+}
+
+TEST_CASE("planner: explain says what a read would compute and why, running nothing") {
+  Graph g;
+  Tensor a = g.input("a", {6, 4}, DType::F32);
+  Tensor b = exp(a);
+  Tensor c = sum(b, {1});
+  g.output("c", c);
+  GraphSession s(g);
+  s.write("a", Box{{0, 6}, {0, 4}}, ramp(24, 0.1f));
+  Explanation first = s.explain("c", Box{{0, 6}});
+  CHECK(first.elements == 6 * 4 + 6);
+  REQUIRE(first.entries.size() == 3);
+  CHECK(first.entries[1].why == "never computed");
+  CHECK(s.valid_region(b.id).empty());  // nothing ran
+  s.read<float>("c", Box{{0, 6}});
+  s.write("a", Box{{2, 3}, {0, 4}}, std::vector<float>(4, 1.f));
+  Explanation after = s.explain("c", Box{{0, 6}});
+  CHECK(after.elements == 4 + 1);
+  CHECK(after.entries[1].compute == Region(Box{{2, 3}, {0, 4}}));
+  CHECK(after.entries[1].want == after.entries[1].compute);  // only the dirty row is wanted of b
+  CHECK(after.entries[2].valid_elements == 5);                 // c: five rows still valid
+  CHECK(after.entries[2].why.find("write #2 to 'a' [2:3, 0:4]") != std::string::npos);
+  CHECK(after.to_string().find("compute") != std::string::npos);
+  // Rows 0 and 1 of c are valid: nothing below c is even looked at.
+  CHECK(s.explain("c", Box{{0, 2}}).entries.size() == 1);
+  CHECK(s.explain("c", Box{{0, 2}}).elements == 0);
+  CHECK_THROWS_AS(s.explain("nope", Box{{0, 1}}), Error);
+  CHECK_THROWS_AS(s.explain("c", Box{{0, 7}}), Error);
+}
