@@ -142,6 +142,12 @@ bool GraphSession::is_kept(NodeId node) const {
   return kept_[static_cast<size_t>(rep_[static_cast<size_t>(node)])] != 0;
 }
 
+bool GraphSession::is_folded(NodeId node) const {
+  valid_region(node);
+  const OpKind kind = graph_.node(node).kind;
+  return fixed_[static_cast<size_t>(node)] && kind != OpKind::Input && kind != OpKind::Constant;
+}
+
 void GraphSession::set_keep(NodeId node, Keep keep) {
   valid_region(node);
   keep_[static_cast<size_t>(node)] = keep;
@@ -217,8 +223,8 @@ void GraphSession::write(std::string_view input, const Box& box, std::span<const
     Region& valid = valid_[static_cast<size_t>(k)];
     if (!valid.empty() && valid.intersects(d.bounding_box())) {
       valid.remove(d);
+      dirtied_by_[static_cast<size_t>(k)] = sequence;
     }
-    dirtied_by_[static_cast<size_t>(k)] = sequence;
   }
 }
 

@@ -133,6 +133,9 @@ class GraphSession {
   const Graph& graph() const { return graph_; }
   const Region& valid_region(NodeId node) const;
   bool is_kept(NodeId node) const;
+  // True for nodes the fold pass computed at creation (constant-only subgraphs): always valid,
+  // never recomputed, not counted in kept_bytes().
+  bool is_folded(NodeId node) const;
   // Sets the keep policy of a node; a node that is no longer kept is dropped now.
   void set_keep(NodeId node, Keep keep);
   int64_t kept_bytes() const;  // bytes of computed values held now

@@ -123,7 +123,7 @@ uint32_t run_case(uint64_t seed, int steps) {
     }
     // The cache configuration holds: transient nodes keep nothing, pinned ones stay kept.
     for (NodeId id = 0; id < g.size(); ++id) {
-      if (!is_computed(g.node(id))) continue;
+      if (!is_computed(g.node(id)) || session.is_folded(id)) continue;  // folded: constants now
       const bool is_pinned = std::find(pinned.begin(), pinned.end(), id) != pinned.end();
       CAPTURE(op_display_name(g.node(id)));
       if (is_pinned)
