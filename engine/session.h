@@ -50,6 +50,7 @@ struct SessionStats {
   int64_t kernels_run = 0;        // kernel invocations (one per box)
   int64_t steps = 0;              // nodes that computed anything
   double seconds = 0;
+  double plan_seconds = 0;  // of `seconds`: region analysis and plan lookup (compile on a miss)
   std::vector<int64_t> elements_per_node;  // indexed by NodeId
   std::vector<int64_t> kernels_per_node;
   bool plan_cache_hit = false;  // the last read ran a cached plan (false when it had no work)

@@ -102,6 +102,7 @@ void GraphSession::read_checked(NodeId node, const Box& box, std::span<std::byte
   counted_.clear();
   stats_.elements_computed = stats_.kernels_run = stats_.steps = 0;
   stats_.plan_cache_hit = false;
+  stats_.plan_seconds = 0;
   stats_.reads += 1;
   steps_.clear();
   last_plan_stale_ = true;
@@ -125,6 +126,7 @@ void GraphSession::read_checked(NodeId node, const Box& box, std::span<std::byte
   try {
     Plan& plan = plan_for(target, steps_, &steps_);
     plan.runs += 1;
+    stats_.plan_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     execute(plan, steps_, true);
   } catch (...) {
     reset_transients(steps_);
