@@ -44,7 +44,14 @@ bool Box::contains_point(const int64_t* index) const {
   return true;
 }
 
-bool Box::intersects(const Box& other) const { return !intersect(other).empty(); }
+bool Box::intersects(const Box& other) const {
+  // Same as !intersect(other).empty(), without building the box (a hot test in Region).
+  for (int i = 0; i < rank_; ++i)
+    if (std::max(dims_[i].begin, other.dims_[i].begin) >=
+        std::min(dims_[i].end, other.dims_[i].end))
+      return false;
+  return true;
+}
 
 Box Box::intersect(const Box& other) const {
   Box r = *this;

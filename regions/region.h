@@ -1,7 +1,14 @@
 // Region: a set of elements of one tensor, stored as disjoint boxes of one rank.
 // Canonical form: boxes are disjoint, non-empty, adjacent boxes that differ in a single
 // dimension are coalesced (so appending a row to a block of rows stays one box), and the
-// boxes are sorted. Small regions (up to 4 boxes) do not allocate.
+// boxes are sorted (by the begins, so the first dimension's begin is the primary key: queries
+// use it to skip boxes that lie past a box cheaply). Small regions (up to 4 boxes) do not
+// allocate.
+//
+// Two ways to bound the box count, for opposite uses:
+//   cap(n):       a SUPERSET (bounding box), for need regions: computing more is only slower;
+//   shrink_to(n): a SUBSET (largest boxes), for valid regions: forgetting validity only costs
+//                 recomputation, while claiming it for stale values would be a correctness bug.
 #pragma once
 
 #include <span>
@@ -52,11 +59,22 @@ class Region {
   // Replaces the region by its bounding box when it holds more than max_boxes boxes
   // (an over-approximation, used where a superset is safe).
   void cap(int max_boxes);
+  // Under-approximation to at most max_boxes boxes (max_boxes >= 0), used where a subset is
+  // safe (valid regions). Unchanged when already within budget. Otherwise first coalesces
+  // without losing elements (groups of boxes whose union is one box become that box), then,
+  // if still over budget, keeps the max_boxes boxes of largest volume (ties: the earlier
+  // box) and drops the rest. The result is a subset of the original, in canonical form.
+  void shrink_to(int max_boxes);
 
   std::string to_string() const;
   friend bool operator==(const Region& a, const Region& b);  // same element set
 
  private:
+  // Boxes [0, end) may intersect `box` (all later boxes begin at or after its end in
+  // the first dimension); a rank-0 region has at most its one box.
+  size_t window_end(const Box& box) const;
+  // Replaces groups of boxes whose union is a box by that box (same element set).
+  void coalesce();
   // Restores the canonical form, given that boxes_[0, settled) already are in it among
   // themselves (sorted, non-empty, no two mergeable) and all boxes are disjoint.
   void canonicalize(size_t settled);
