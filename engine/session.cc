@@ -41,6 +41,9 @@ GraphSession::GraphSession(const Graph& graph, SessionOptions options)
       rep_(static_cast<size_t>(graph.size())), keep_(static_cast<size_t>(graph.size()), Keep::Auto),
       reused_(static_cast<size_t>(graph.size()), 0), dirtied_by_(static_cast<size_t>(graph.size()), -1) {
   arena_ = decltype(arena_)(nullptr, free_aligned);
+  if (options_.max_region_boxes < 1 || options_.max_valid_boxes < 1)
+    throw Error(absl::StrCat("[session] max_region_boxes (", options_.max_region_boxes, ") and max_valid_boxes (",
+                             options_.max_valid_boxes, ") must be at least 1"));
   for (NodeId id = 0; id < graph.size(); ++id) {
     const Node& n = graph.node(id);
     Value& v = values_[static_cast<size_t>(id)];
@@ -223,6 +226,7 @@ void GraphSession::write(std::string_view input, const Box& box, std::span<const
     Region& valid = valid_[static_cast<size_t>(k)];
     if (!valid.empty() && valid.intersects(d.bounding_box())) {
       valid.remove(d);
+      valid.shrink_to(options_.max_valid_boxes);
       dirtied_by_[static_cast<size_t>(k)] = sequence;
     }
   }

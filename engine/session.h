@@ -41,6 +41,9 @@ struct SessionOptions {
   int64_t cache_budget_bytes = -1;
   // A region to compute with more boxes than this is widened to its bounding box.
   int max_region_boxes = 16;
+  // A valid region with more boxes than this forgets its smallest boxes (they are recomputed
+  // when needed), so planning never slows down with a session's history.
+  int max_valid_boxes = 64;
 };
 
 // Figures of the last read (elements, kernels, steps, seconds, per node) and of the session

@@ -69,7 +69,9 @@ void GraphSession::execute(const Plan& plan, std::span<const Step> steps, bool c
       counted_.push_back(step.node);
       stats_.steps += 1;
     }
-    valid_[static_cast<size_t>(step.node)].add(step.compute);
+    Region& valid = valid_[static_cast<size_t>(step.node)];
+    valid.add(step.compute);
+    valid.shrink_to(options_.max_valid_boxes);
   }
 }
 
