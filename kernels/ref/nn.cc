@@ -1,4 +1,4 @@
-// Reference kernels: rope, conv2d, pool2d, upsample (nearest). Semantics and attribute encoding
+// Reference kernels: rope, conv2d, pool2d, upsample (nearest). Semantics and attributes
 // are documented at the definition blocks in engine/ops_nn.cc. Every kernel reads only inside
 // the boxes its op's needed rule names (input views may hold just those boxes).
 #include <cmath>
@@ -14,9 +14,10 @@ absl::Status rope(const KernelArgs& args) {
   const TensorView& x = args.inputs[0];
   const TensorView& positions = args.inputs[1];
   const int rank = args.node.rank();
-  const int64_t n_rot = args.node.attrs.ints[0];
-  const auto mode = static_cast<RopeMode>(args.node.attrs.ints[1]);
-  const double base = args.node.attrs.floats[0], freq_scale = args.node.attrs.floats[1];
+  const RopeAttrs& a = args.node.attrs_as<RopeAttrs>();
+  const int64_t n_rot = a.n_rot;
+  const RopeMode mode = a.mode;
+  const double base = a.base, freq_scale = a.freq_scale;
   const int64_t half = n_rot / 2;
   int64_t partner[kMaxRank];
   for_each_index(args.box, [&](const int64_t* i) {
@@ -45,11 +46,11 @@ absl::Status rope(const KernelArgs& args) {
 absl::Status conv2d(const KernelArgs& args) {
   const TensorView& x = args.inputs[0];
   const TensorView& weight = args.inputs[1];
-  const auto& a = args.node.attrs.ints;
-  const int64_t stride_h = a[0], stride_w = a[1], pad_h = a[2], pad_w = a[3], dil_h = a[4],
-                dil_w = a[5];
-  const int64_t groups = a[6];
-  const bool has_bias = a[7] != 0;
+  const Conv2dAttrs& a = args.node.attrs_as<Conv2dAttrs>();
+  const int64_t stride_h = a.stride_h, stride_w = a.stride_w, pad_h = a.pad_h, pad_w = a.pad_w,
+                dil_h = a.dilation_h, dil_w = a.dilation_w;
+  const int64_t groups = a.groups;
+  const bool has_bias = args.node.inputs.size() == 3;
   const Shape& xs = args.graph.node(args.node.inputs[0]).shape;
   const Shape& ws = args.graph.node(args.node.inputs[1]).shape;
   const int64_t height = xs[2], width = xs[3];
@@ -83,9 +84,9 @@ absl::Status conv2d(const KernelArgs& args) {
 
 absl::Status pool2d(const KernelArgs& args) {
   const TensorView& x = args.inputs[0];
-  const auto kind = static_cast<PoolKind>(args.node.attrs.ints[0]);
-  const int64_t kernel = args.node.attrs.ints[1], stride = args.node.attrs.ints[2];
-  const int64_t padding = args.node.attrs.ints[3];
+  const Pool2dAttrs& a = args.node.attrs_as<Pool2dAttrs>();
+  const PoolKind kind = a.kind;
+  const int64_t kernel = a.kernel, stride = a.stride, padding = a.padding;
   const Shape& xs = args.graph.node(args.node.inputs[0]).shape;
   const double divisor = static_cast<double>(kernel * kernel);
   for_each_index(args.box, [&](const int64_t* i) {
@@ -110,7 +111,7 @@ absl::Status pool2d(const KernelArgs& args) {
 absl::Status upsample(const KernelArgs& args) {
   const TensorView& x = args.inputs[0];
   const int rank = args.node.rank();
-  const int64_t scale = args.node.attrs.ints[0];
+  const int64_t scale = args.node.attrs_as<UpsampleAttrs>().scale;
   const size_t size = static_cast<size_t>(dtype_size(x.dtype));
   int64_t src[kMaxRank];
   // A byte copy: exact for every dtype, including i64 beyond 2^53.
