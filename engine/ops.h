@@ -199,6 +199,11 @@ struct AttentionAttrs {
   double softcap = 0.0;
   TESSERA_ATTRS(AttentionAttrs, scale, causal, window, softcap);
 };
+struct RopeMultiAttrs {
+  Ints axes_dims;  // d_a per position axis, each even and > 0
+  double base = 10000.0;
+  TESSERA_ATTRS(RopeMultiAttrs, axes_dims, base);
+};
 
 #undef TESSERA_ATTRS
 
@@ -234,7 +239,8 @@ struct AttentionAttrs {
   X(Conv2d, conv2d)           \
   X(Pool2d, pool2d)           \
   X(Upsample, upsample)       \
-  X(Attention, attention)
+  X(Attention, attention)     \
+  X(RopeMulti, rope_multi)
 
 enum class OpKind : uint8_t {
 #define TESSERA_OP_KIND(kind, name) kind,
@@ -402,6 +408,11 @@ Tensor upsample_nearest(Tensor x, int64_t scale);
 // to the scaled scores. window requires causal.
 using AttentionParams = AttentionAttrs;
 Tensor attention(Tensor q, Tensor k, Tensor v, const AttentionParams& params);
+// Multi-axis rotary embedding (Flux): x [..., T, H, D] float, positions [T, A] integer,
+// axes_dims {d_0 .. d_{A-1}} (each even, sum <= D). Axis a rotates the dims
+// [sum_{j<a} d_j, + d_a) of every head: pair i (dims 2i, 2i + 1 of that block) turns by
+// pos[t, a] * base^(-2i / d_a). Dims past sum(d_a) pass through.
+Tensor rope_multi(Tensor x, Tensor positions, std::vector<int64_t> axes_dims, double base = 10000.0);
 
 }  // namespace tessera
 

@@ -1,5 +1,5 @@
-// Reference kernels: rope, conv2d, pool2d, upsample (nearest). Semantics and attributes
-// are documented at the definition blocks in engine/ops_nn.cc. Every kernel reads only inside
+// Reference kernels: rope, conv2d, pool2d, upsample (nearest), rope_multi. Semantics and
+// attributes are documented at the definition blocks in engine/ops_nn.cc. Every kernel reads only inside
 // the boxes its op's needed rule names (input views may hold just those boxes).
 #include <cmath>
 #include <cstring>
@@ -122,6 +122,37 @@ absl::Status upsample(const KernelArgs& args) {
     std::memcpy(
         static_cast<std::byte*>(args.out.data) + args.out.offset(i) * static_cast<int64_t>(size),
         static_cast<const std::byte*>(x.data) + x.offset(src) * static_cast<int64_t>(size), size);
+  });
+  return absl::OkStatus();
+}
+
+absl::Status rope_multi(const KernelArgs& args) {
+  const TensorView& x = args.inputs[0];
+  const TensorView& positions = args.inputs[1];
+  const int rank = args.node.rank();
+  const RopeMultiAttrs& a = args.node.attrs_as<RopeMultiAttrs>();
+  int64_t rotated = 0;
+  for (int64_t d : a.axes_dims) rotated += d;
+  int64_t partner[kMaxRank];
+  for_each_index(args.box, [&](const int64_t* i) {
+    const int64_t col = i[rank - 1];
+    if (col >= rotated) {
+      store(args.out, i, load(x, i));
+      return;
+    }
+    // The axis owning this column, and the pair index within the axis' block.
+    int64_t axis = 0, offset = 0;
+    while (col >= offset + a.axes_dims[axis]) offset += a.axes_dims[axis++];
+    const int64_t dim = a.axes_dims[axis], pair = (col - offset) / 2;
+    const bool first = (col - offset) % 2 == 0;
+    std::memcpy(partner, i, sizeof(int64_t) * static_cast<size_t>(rank));
+    partner[rank - 1] = first ? col + 1 : col - 1;
+    const int64_t at[2] = {i[rank - 3], axis};
+    const double theta = load(positions, at) *
+                         std::pow(a.base, -2.0 * static_cast<double>(pair) / static_cast<double>(dim));
+    const double c = std::cos(theta), s = std::sin(theta);
+    const double self = load(x, i), other = load(x, partner);
+    store(args.out, i, first ? self * c - other * s : other * s + self * c);
   });
   return absl::OkStatus();
 }
