@@ -1,6 +1,9 @@
 #include "engine/graph.h"
 
 #include <cstring>
+#include <tuple>
+#include <type_traits>
+#include <variant>
 
 #include "absl/strings/str_cat.h"
 #include "engine/op_def.h"
@@ -21,6 +24,35 @@ int64_t Tensor::dim(int axis) const {
   return shape()[static_cast<size_t>(axis < 0 ? axis + r : axis)];
 }
 
+void Node::attrs_mismatch(OpKind wanted) const {
+  throw Error(absl::StrCat("[graph] a ", op_def(kind).name, " node has no ", op_def(wanted).name,
+                           " attributes"));
+}
+
+namespace {
+
+// Feeds one attribute field by value (never padding bytes): integers and enums as int64,
+// bools as one byte, floats as double, lists and strings as their length then their elements.
+template <class Feed, class T>
+void feed_field(Feed& feed, const T& value) {
+  if constexpr (std::is_same_v<T, bool>) {
+    const uint8_t b = value ? 1 : 0;
+    feed(&b, 1);
+  } else if constexpr (std::is_enum_v<T> || std::is_integral_v<T>) {
+    const auto v = static_cast<int64_t>(value);
+    feed(&v, sizeof(v));
+  } else if constexpr (std::is_floating_point_v<T>) {
+    const auto v = static_cast<double>(value);
+    feed(&v, sizeof(v));
+  } else {  // std::string or an InlinedVector of int64_t
+    const uint64_t n = value.size();
+    feed(&n, sizeof(n));
+    feed(value.data(), value.size() * sizeof(value[0]));
+  }
+}
+
+}  // namespace
+
 uint64_t node_hash(const Node& node, uint64_t constant_content_hash) {
   XXH3_state_t* state = XXH3_createState();
   XXH3_64bits_reset(state);
@@ -30,9 +62,9 @@ uint64_t node_hash(const Node& node, uint64_t constant_content_hash) {
   feed(&dtype, 1);
   feed(node.shape.data(), node.shape.size() * sizeof(int64_t));
   feed(node.inputs.data(), node.inputs.size() * sizeof(NodeId));
-  feed(node.attrs.ints.data(), node.attrs.ints.size() * sizeof(int64_t));
-  feed(node.attrs.floats.data(), node.attrs.floats.size() * sizeof(double));
-  feed(node.attrs.name.data(), node.attrs.name.size());
+  std::visit([&](const auto& attrs) { std::apply([&](const auto&... f) { (feed_field(feed, f), ...); },
+                                                   attrs.fields()); },
+             node.attrs);
   feed(&constant_content_hash, sizeof(constant_content_hash));
   uint64_t h = XXH3_64bits_digest(state);
   XXH3_freeState(state);
@@ -54,7 +86,7 @@ Tensor Graph::input(std::string_view name, const Shape& shape, DType dtype) {
   node.kind = OpKind::Input;
   node.dtype = dtype;
   node.shape = shape;
-  node.attrs.name = std::string(name);
+  node.attrs = InputAttrs{std::string(name)};
   Tensor t = intern(std::move(node));
   input_ids_.push_back(t.id);
   return t;
@@ -70,6 +102,7 @@ Tensor Graph::add_constant(const Shape& shape, DType dtype, ConstantData data) {
                                   " of ", dtype_name(dtype)));
   Node node;
   node.kind = OpKind::Constant;
+  node.attrs = ConstantAttrs{};
   node.dtype = dtype;
   node.shape = shape;
   uint64_t content = XXH3_64bits(data.data, static_cast<size_t>(data.size_bytes));
@@ -127,7 +160,14 @@ void Graph::output(std::string_view name, Tensor t) {
   outputs_.emplace_back(std::string(name), t.id);
 }
 
-Tensor Graph::add_node(OpKind kind, std::span<const Tensor> inputs, Attrs attrs) {
+Tensor Graph::add_node(OpKind kind, std::span<const Tensor> inputs, OpAttrs attrs) {
+  if (attrs_kind(attrs) != kind)
+    fail(op_def(kind).name, absl::StrCat("given the attributes of ", op_def(attrs_kind(attrs)).name));
+  return add_node(inputs, std::move(attrs));
+}
+
+Tensor Graph::add_node(std::span<const Tensor> inputs, OpAttrs attrs) {
+  const OpKind kind = attrs_kind(attrs);
   const OpDef& def = op_def(kind);
   int n = static_cast<int>(inputs.size());
   if (n < def.min_inputs || n > def.max_inputs)
@@ -165,7 +205,7 @@ Tensor Graph::intern(Node node) {
 
 NodeId Graph::find_input(std::string_view name) const {
   for (NodeId id : input_ids_)
-    if (nodes_[static_cast<size_t>(id)].attrs.name == name) return id;
+    if (nodes_[static_cast<size_t>(id)].attrs_as<InputAttrs>().name == name) return id;
   return -1;
 }
 

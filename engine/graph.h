@@ -11,73 +11,49 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
 #include "engine/dtype.h"
 #include "engine/error.h"
+#include "engine/ops.h"
 
 namespace tessera {
 
 using NodeId = int32_t;
-
-enum class OpKind : uint8_t {
-  Input,
-  Constant,
-  Unary,
-  Binary,
-  Where,
-  Cast,
-  Reduce,
-  Cumsum,
-  Matmul,
-  Linear,
-  Reshape,
-  Permute,
-  Slice,
-  Pad,
-  Concat,
-  Repeat,
-  Flip,
-  Expand,
-  Gather,
-  Triangle,
-  Arange,
-  Rand,
-  Softmax,
-  RmsNorm,
-  LayerNorm,
-  GroupNorm,
-  Rope,
-  Conv2d,
-  Pool2d,
-  Upsample,
-  Attention,
-  Count,
-};
-
-// Small attribute bag with equality and hashing. Each op documents, in its definition block,
-// what its ints and floats mean.
-struct Attrs {
-  absl::InlinedVector<int64_t, 8> ints;
-  absl::InlinedVector<double, 2> floats;
-  std::string name;  // inputs only
-  friend bool operator==(const Attrs&, const Attrs&) = default;
-};
 
 struct Node {
   OpKind kind = OpKind::Input;
   DType dtype = DType::F32;
   Shape shape;
   absl::InlinedVector<NodeId, 3> inputs;
-  Attrs attrs;
+  OpAttrs attrs;          // always the alternative of `kind` (Graph checks it)
   int32_t constant = -1;  // index into Graph::constant_data for OpKind::Constant
+
+  // The typed attributes; throws Error when the node is of another kind (a programming error,
+  // never user input: rules and kernels only read the attributes of their own kind).
+  template <class A>
+  const A& attrs_as() const {
+    static_assert(op_kind_of<A> != OpKind::Count, "not an attribute type of the op list");
+    if (const A* a = std::get_if<A>(&attrs)) return *a;
+    attrs_mismatch(op_kind_of<A>);
+  }
 
   int rank() const { return static_cast<int>(shape.size()); }
   int64_t volume() const { return shape_volume(shape); }
   int64_t size_bytes() const { return dtype_bytes(dtype, volume()); }
+
+ private:
+  [[noreturn]] void attrs_mismatch(OpKind wanted) const;
 };
+
+// attrs_of<Conv2dAttrs>(node): the same as node.attrs_as<Conv2dAttrs>().
+template <class A>
+const A& attrs_of(const Node& node) {
+  return node.attrs_as<A>();
+}
 
 class Graph;
 
@@ -118,8 +94,11 @@ class Graph {
   // Names a node as an output readable through GraphSession::read.
   void output(std::string_view name, Tensor t);
 
-  // Adds (or finds) a node; validates through the op's definition. Throws Error.
-  Tensor add_node(OpKind kind, std::span<const Tensor> inputs, Attrs attrs);
+  // Adds (or finds) a node of the kind of `attrs`; validates through the op's definition.
+  // Throws Error.
+  Tensor add_node(std::span<const Tensor> inputs, OpAttrs attrs);
+  // The same, checking that `attrs` belong to `kind`.
+  Tensor add_node(OpKind kind, std::span<const Tensor> inputs, OpAttrs attrs);
 
   int32_t size() const { return static_cast<int32_t>(nodes_.size()); }
   const Node& node(NodeId id) const { return nodes_[static_cast<size_t>(id)]; }

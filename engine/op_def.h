@@ -30,13 +30,13 @@ struct OpDef {
 
 const OpDef& op_def(OpKind kind);
 
-// The definition blocks, one per kind (engine/ops_*.cc).
-extern const OpDef kInputDef, kConstantDef, kUnaryDef, kBinaryDef, kWhereDef, kCastDef,
-    kReduceDef, kCumsumDef, kMatmulDef, kLinearDef, kReshapeDef, kPermuteDef, kSliceDef, kPadDef, kConcatDef,
-    kRepeatDef, kFlipDef, kExpandDef, kGatherDef, kTriangleDef, kArangeDef, kRandDef, kSoftmaxDef,
-    kRmsNormDef, kLayerNormDef, kGroupNormDef, kRopeDef, kConv2dDef, kPool2dDef, kUpsampleDef,
-    kAttentionDef;
-// The op's display name, including the parameter for parameterised kinds ("unary.exp").
+// The definition blocks, one per kind of the op list (k##Kind##Def, in engine/ops_*.cc).
+#define TESSERA_OP_DEF_DECL(kind, name) extern const OpDef k##kind##Def;
+TESSERA_OPS(TESSERA_OP_DEF_DECL)
+#undef TESSERA_OP_DEF_DECL
+
+// The op's display name: its attributes' to_string() ("unary.exp", "input.ids",
+// "conv2d{stride=2x2,pad=1x1,groups=1}", "matmul").
 std::string op_display_name(const Node& node);
 
 // Helpers shared by rule definitions.
@@ -44,6 +44,8 @@ const Node& input_node(const Graph& graph, const Node& node, int i);
 // Normalises a possibly negative axis against rank; throws Error("[op] ...") when out of range.
 int normalize_axis(std::string_view op, int64_t axis, int rank);
 [[noreturn]] void fail(std::string_view op, std::string_view message);
+// "[1,2,3]": lists inside attribute strings.
+std::string ints_string(const Ints& values);
 
 }  // namespace tessera
 

@@ -1,15 +1,30 @@
-// The op builder API: free functions that add nodes to the graph of their inputs.
-// Every function validates shapes, dtypes and attributes and throws tessera::Error with a
-// message starting "[op]" on bad input. Negative axes count from the end.
+// The op list, the typed attributes of every op and the builder API.
+//
+// TESSERA_OPS below is the one list of op kinds. Each entry X(Kind, name) generates the OpKind
+// enumerator, the attribute type Kind##Attrs held by Node::attrs (the OpAttrs variant, in list
+// order), the definition block k##Kind##Def (engine/ops_*.cc, looked up by op_def) and the
+// reference kernel ref::name (kernels/ref/*.cc). Adding an op: its entry, its attribute struct
+// and its builder declaration here; one definition block; one reference kernel; one test.
+//
+// Builders are free functions that add nodes to the graph of their inputs. Every function
+// validates shapes, dtypes and attributes and throws tessera::Error with a message starting
+// "[op]" on bad input. Negative axes count from the end.
 #pragma once
 
 #include <cstdint>
 #include <span>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <variant>
 #include <vector>
 
-#include "engine/graph.h"
+#include "engine/dtype.h"
 
 namespace tessera {
+
+struct Tensor;
+class Graph;
 
 enum class UnaryFn : int64_t {
   Neg, Exp, Log, Sqrt, Rsqrt, Abs, Sign, Reciprocal, Relu, Sigmoid, Tanh, Sin, Cos,
@@ -22,6 +37,250 @@ enum class ReduceFn : int64_t { Sum, Mean, Max, Min, Prod, Argmax, Argmin, Count
 enum class PoolKind : int64_t { Max, Avg };
 enum class RopeMode : int64_t { HalfSplit, Interleaved };
 enum class RandDist : int64_t { Uniform, Normal };
+
+// Lower-case names ("exp", "add", "sum"); "?" for values outside the enum.
+std::string_view fn_name(UnaryFn fn);
+std::string_view fn_name(BinaryFn fn);
+std::string_view fn_name(ReduceFn fn);
+
+// A list of small integers (axes, per-axis amounts, shapes); same type as Shape.
+using Ints = absl::InlinedVector<int64_t, kMaxRank>;
+
+// ---- attributes ---------------------------------------------------------------------------
+// One struct per op kind: plain fields with defaults, defaulted equality, fields() (a tuple of
+// references that graph hashing visits field by field) and to_string() (defined next to the
+// op's definition block, used by op_display_name and plan dumps). Rules and kernels read them
+// with node.attrs_as<Kind##Attrs>(). Validation happens in the op's infer.
+#define TESSERA_ATTRS(Type, ...)                                 \
+  friend bool operator==(const Type&, const Type&) = default;   \
+  auto fields() const { return std::tie(__VA_ARGS__); }          \
+  std::string to_string() const
+
+struct InputAttrs {
+  std::string name;
+  TESSERA_ATTRS(InputAttrs, name);  // "input.<name>"
+};
+struct ConstantAttrs {
+  TESSERA_ATTRS(ConstantAttrs);
+};
+struct UnaryAttrs {
+  UnaryFn fn = UnaryFn::Neg;
+  TESSERA_ATTRS(UnaryAttrs, fn);  // "unary.exp"
+};
+struct BinaryAttrs {
+  BinaryFn fn = BinaryFn::Add;
+  TESSERA_ATTRS(BinaryAttrs, fn);  // "binary.add"
+};
+struct WhereAttrs {
+  TESSERA_ATTRS(WhereAttrs);
+};
+struct CastAttrs {
+  DType dtype = DType::F32;  // target
+  TESSERA_ATTRS(CastAttrs, dtype);
+};
+struct ReduceAttrs {
+  ReduceFn fn = ReduceFn::Sum;
+  Ints axes;  // normalised, sorted, unique; empty reduces nothing (the builder fills "all")
+  bool keepdims = false;
+  TESSERA_ATTRS(ReduceAttrs, fn, axes, keepdims);  // "reduce.sum{axes=[0,2],keepdims=0}"
+};
+struct CumsumAttrs {
+  int64_t axis = 0;  // normalised
+  TESSERA_ATTRS(CumsumAttrs, axis);
+};
+struct MatmulAttrs {
+  TESSERA_ATTRS(MatmulAttrs);
+};
+struct LinearAttrs {
+  TESSERA_ATTRS(LinearAttrs);
+};
+struct ReshapeAttrs {
+  Shape shape;  // target, no -1 (the builder resolves it)
+  TESSERA_ATTRS(ReshapeAttrs, shape);
+};
+struct PermuteAttrs {
+  Ints perm;  // output dim i is input dim perm[i]
+  TESSERA_ATTRS(PermuteAttrs, perm);
+};
+struct SliceAttrs {
+  Ints start, stop, step;  // per axis: 0 <= start <= stop <= dim, step >= 1
+  TESSERA_ATTRS(SliceAttrs, start, stop, step);
+};
+struct PadAttrs {
+  Ints before, after;  // per axis, >= 0
+  double value = 0;
+  TESSERA_ATTRS(PadAttrs, before, after, value);
+};
+struct ConcatAttrs {
+  int64_t axis = 0;  // normalised
+  TESSERA_ATTRS(ConcatAttrs, axis);
+};
+struct RepeatAttrs {
+  Ints repeats;  // per axis, >= 1
+  TESSERA_ATTRS(RepeatAttrs, repeats);
+};
+struct FlipAttrs {
+  Ints axes;  // normalised, sorted, unique
+  TESSERA_ATTRS(FlipAttrs, axes);
+};
+struct ExpandAttrs {
+  Shape shape;  // target
+  TESSERA_ATTRS(ExpandAttrs, shape);
+};
+struct GatherAttrs {
+  TESSERA_ATTRS(GatherAttrs);
+};
+struct TriangleAttrs {
+  bool upper = true;  // triu (keeps col - row >= k) or tril (keeps col - row <= k)
+  int64_t k = 0;
+  TESSERA_ATTRS(TriangleAttrs, upper, k);
+};
+struct ArangeAttrs {
+  int64_t n = 0;
+  double start = 0, step = 1;
+  DType dtype = DType::F32;
+  TESSERA_ATTRS(ArangeAttrs, n, start, step, dtype);
+};
+struct RandAttrs {
+  RandDist dist = RandDist::Uniform;
+  uint64_t seed = 0;
+  DType dtype = DType::F32;
+  Shape shape;
+  TESSERA_ATTRS(RandAttrs, dist, seed, dtype, shape);
+};
+struct SoftmaxAttrs {
+  int64_t axis = 0;  // normalised
+  bool log = false;  // log_softmax
+  TESSERA_ATTRS(SoftmaxAttrs, axis, log);
+};
+struct RmsNormAttrs {
+  double eps = 0;
+  TESSERA_ATTRS(RmsNormAttrs, eps);
+};
+// Optional parameters are inputs 1.. in the order weight, bias, those present.
+struct LayerNormAttrs {
+  double eps = 0;
+  bool has_weight = false, has_bias = false;
+  TESSERA_ATTRS(LayerNormAttrs, eps, has_weight, has_bias);
+};
+struct GroupNormAttrs {
+  int64_t groups = 1;
+  double eps = 0;
+  bool has_weight = false, has_bias = false;
+  TESSERA_ATTRS(GroupNormAttrs, groups, eps, has_weight, has_bias);
+};
+struct RopeAttrs {
+  int64_t n_rot = 0;
+  double base = 10000.0;
+  RopeMode mode = RopeMode::HalfSplit;
+  double freq_scale = 1.0;
+  TESSERA_ATTRS(RopeAttrs, n_rot, base, mode, freq_scale);
+};
+// Also the public parameter struct of conv2d (Conv2dParams). Bias presence is the input count.
+struct Conv2dAttrs {
+  int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dilation_h = 1, dilation_w = 1,
+          groups = 1;
+  TESSERA_ATTRS(Conv2dAttrs, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups);
+};
+struct Pool2dAttrs {
+  PoolKind kind = PoolKind::Max;
+  int64_t kernel = 1, stride = 1, padding = 0;
+  TESSERA_ATTRS(Pool2dAttrs, kind, kernel, stride, padding);
+};
+struct UpsampleAttrs {
+  int64_t scale = 1;
+  TESSERA_ATTRS(UpsampleAttrs, scale);
+};
+// Also the public parameter struct of attention (AttentionParams).
+struct AttentionAttrs {
+  double scale = 1.0;
+  bool causal = true;
+  int64_t window = 0;
+  double softcap = 0.0;
+  TESSERA_ATTRS(AttentionAttrs, scale, causal, window, softcap);
+};
+struct RopeMultiAttrs {
+  Ints axes_dims;  // d_a per position axis, each even and > 0
+  double base = 10000.0;
+  TESSERA_ATTRS(RopeMultiAttrs, axes_dims, base);
+};
+
+#undef TESSERA_ATTRS
+
+// ---- the op list ----------------------------------------------------------------------------
+#define TESSERA_OPS(X)        \
+  X(Input, input)             \
+  X(Constant, constant)       \
+  X(Unary, unary)             \
+  X(Binary, binary)           \
+  X(Where, where)             \
+  X(Cast, cast)               \
+  X(Reduce, reduce)           \
+  X(Cumsum, cumsum)           \
+  X(Matmul, matmul)           \
+  X(Linear, linear)           \
+  X(Reshape, reshape)         \
+  X(Permute, permute)         \
+  X(Slice, slice)             \
+  X(Pad, pad)                 \
+  X(Concat, concat)           \
+  X(Repeat, repeat)           \
+  X(Flip, flip)               \
+  X(Expand, expand)           \
+  X(Gather, gather)           \
+  X(Triangle, triangle)       \
+  X(Arange, arange)           \
+  X(Rand, rand)               \
+  X(Softmax, softmax)         \
+  X(RmsNorm, rms_norm)        \
+  X(LayerNorm, layer_norm)    \
+  X(GroupNorm, group_norm)    \
+  X(Rope, rope)               \
+  X(Conv2d, conv2d)           \
+  X(Pool2d, pool2d)           \
+  X(Upsample, upsample)       \
+  X(Attention, attention)     \
+  X(RopeMulti, rope_multi)
+
+enum class OpKind : uint8_t {
+#define TESSERA_OP_KIND(kind, name) kind,
+  TESSERA_OPS(TESSERA_OP_KIND)
+#undef TESSERA_OP_KIND
+  Count,
+};
+
+namespace detail {
+// std::variant of the listed types without the trailing sentinel.
+template <class Done, class... Rest>
+struct DropLast;
+template <class... Done, class Last>
+struct DropLast<std::variant<Done...>, Last> {
+  using type = std::variant<Done...>;
+};
+template <class... Done, class Next, class... Rest>
+struct DropLast<std::variant<Done...>, Next, Rest...> {
+  using type = typename DropLast<std::variant<Done..., Next>, Rest...>::type;
+};
+}  // namespace detail
+
+// The attributes of a node: alternative i is the attribute type of OpKind i.
+#define TESSERA_OP_ATTRS_TYPE(kind, name) kind##Attrs,
+using OpAttrs = detail::DropLast<std::variant<>, TESSERA_OPS(TESSERA_OP_ATTRS_TYPE) void>::type;
+#undef TESSERA_OP_ATTRS_TYPE
+
+// The op kind whose attribute type is A (OpKind::Count for other types).
+template <class A>
+inline constexpr OpKind op_kind_of = OpKind::Count;
+#define TESSERA_OP_KIND_OF(kind, name) \
+  template <>                          \
+  inline constexpr OpKind op_kind_of<kind##Attrs> = OpKind::kind;
+TESSERA_OPS(TESSERA_OP_KIND_OF)
+#undef TESSERA_OP_KIND_OF
+
+// The kind an attribute value belongs to.
+inline OpKind attrs_kind(const OpAttrs& attrs) { return static_cast<OpKind>(attrs.index()); }
+
+// ---- builders -------------------------------------------------------------------------------
 
 // Elementwise. Float-only functions (exp, log, ...) reject integer inputs; round is
 // half-to-even. Integer div truncates towards zero.
@@ -112,7 +371,7 @@ Tensor expand(Tensor x, const Shape& shape);
 // Embedding lookup: table [V, ...rest], integer ids [...] -> [..., ...rest]. An id outside
 // [0, V) fails the read with an error.
 Tensor gather(Tensor table, Tensor ids);
-inline Tensor embedding(Tensor table, Tensor ids) { return gather(table, ids); }
+Tensor embedding(Tensor table, Tensor ids);  // = gather(table, ids)
 // Keeps elements on and above (triu) / below (tril) diagonal k of the last two dims, zeroes the rest.
 Tensor triu(Tensor x, int64_t k = 0);
 Tensor tril(Tensor x, int64_t k = 0);
@@ -136,10 +395,7 @@ Tensor rope(Tensor x, Tensor positions, int64_t n_rot, double base, RopeMode mod
             double freq_scale = 1.0);
 // x [N, C, H, W], weight [O, C / groups, KH, KW], bias [O] optional (pass Tensor{}); zero
 // padding, float inputs of one dtype.
-struct Conv2dParams {
-  int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dilation_h = 1, dilation_w = 1,
-          groups = 1;
-};
+using Conv2dParams = Conv2dAttrs;
 Tensor conv2d(Tensor x, Tensor weight, Tensor bias, const Conv2dParams& params = {});
 // x [N, C, H, W] float, square window, padding in [0, kernel); max ignores padding, average
 // pooling counts it (count_include_pad).
@@ -150,12 +406,15 @@ Tensor upsample_nearest(Tensor x, int64_t scale);
 // v [..., S, Hkv, Dv] -> [..., T, Hq, Dv]; Hq a multiple of Hkv (GQA). causal requires T == S;
 // window > 0 lets query t see keys (t - window, t]; softcap > 0 applies softcap*tanh(s/softcap)
 // to the scaled scores. window requires causal.
-struct AttentionParams {
-  double scale = 1.0;
-  bool causal = true;
-  int64_t window = 0;
-  double softcap = 0.0;
-};
+using AttentionParams = AttentionAttrs;
 Tensor attention(Tensor q, Tensor k, Tensor v, const AttentionParams& params);
+// Multi-axis rotary embedding (Flux): x [..., T, H, D] float, positions [T, A] integer,
+// axes_dims {d_0 .. d_{A-1}} (each even, sum <= D). Axis a rotates the dims
+// [sum_{j<a} d_j, + d_a) of every head: pair i (dims 2i, 2i + 1 of that block) turns by
+// pos[t, a] * base^(-2i / d_a). Dims past sum(d_a) pass through.
+Tensor rope_multi(Tensor x, Tensor positions, std::vector<int64_t> axes_dims, double base = 10000.0);
 
 }  // namespace tessera
+
+// Builders take Tensor by value; callers get the complete type from here.
+#include "engine/graph.h"  // IWYU pragma: export

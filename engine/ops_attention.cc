@@ -10,7 +10,7 @@
 namespace tessera {
 
 // ---- attention(q [..., T, Hq, D], k [..., S, Hkv, D], v [..., S, Hkv, Dv]) -> [..., T, Hq, Dv]
-// ints = [causal (0/1), window], floats = [scale, softcap]. Same float dtype and leading dims
+// AttentionAttrs {scale, causal, window, softcap}. Same float dtype and leading dims
 // for all three; Hq % Hkv == 0 and query head h reads kv head h / (Hq / Hkv) (GQA).
 // Visible keys of query t: causal (requires T == S) s <= t, and with window > 0 also
 // s > t - window; non-causal: all keys (window must be 0). Score = scale * q.k in double, then
@@ -43,8 +43,8 @@ AttentionGeometry attention_geometry(const Graph& g, const Node& node) {
   a.dv = v[a.col];
   a.kv_heads = k[a.head];
   a.group = a.kv_heads > 0 ? q[a.head] / a.kv_heads : 1;
-  a.causal = node.attrs.ints[0] != 0;
-  a.window = node.attrs.ints[1];
+  a.causal = node.attrs_as<AttentionAttrs>().causal;
+  a.window = node.attrs_as<AttentionAttrs>().window;
   return a;
 }
 
@@ -93,8 +93,7 @@ void attention_needed(const Graph& g, const Node& node, const Box& out, std::spa
 }
 
 void attention_infer(const Graph& g, Node& node) {
-  if (node.attrs.ints.size() != 2 || node.attrs.floats.size() != 2)
-    fail("attention", "expects ints [causal, window] and floats [scale, softcap]");
+  const AttentionAttrs& a = node.attrs_as<AttentionAttrs>();
   const Node& q = input_node(g, node, 0);
   const Node& k = input_node(g, node, 1);
   const Node& v = input_node(g, node, 2);
@@ -122,16 +121,16 @@ void attention_infer(const Graph& g, Node& node) {
   const int64_t hq = q.shape[r - 2], hkv = k.shape[r - 2];
   if (hkv < 1 || hq % hkv != 0)
     fail("attention", absl::StrCat("query heads ", hq, " not a multiple of kv heads ", hkv));
-  const int64_t causal = node.attrs.ints[0], window = node.attrs.ints[1];
-  if (causal != 0 && causal != 1) fail("attention", "causal must be 0 or 1");
+  const bool causal = a.causal;
+  const int64_t window = a.window;
   if (window < 0) fail("attention", absl::StrCat("window must be >= 0, got ", window));
-  if (causal == 1 && q.shape[r - 3] != k.shape[r - 3])
+  if (causal && q.shape[r - 3] != k.shape[r - 3])
     fail("attention", absl::StrCat("causal attention requires T == S, got T = ", q.shape[r - 3],
                                    ", S = ", k.shape[r - 3]));
-  if (causal == 0 && window > 0) fail("attention", "window requires causal attention");
-  if (causal == 0 && k.shape[r - 3] == 0 && q.shape[r - 3] > 0)
+  if (!causal && window > 0) fail("attention", "window requires causal attention");
+  if (!causal && k.shape[r - 3] == 0 && q.shape[r - 3] > 0)
     fail("attention", "no keys to attend to");
-  const double scale = node.attrs.floats[0], softcap = node.attrs.floats[1];
+  const double scale = a.scale, softcap = a.softcap;
   if (!std::isfinite(scale)) fail("attention", "scale must be finite");
   if (!(softcap >= 0) || !std::isfinite(softcap))
     fail("attention", absl::StrCat("softcap must be >= 0 (0 disables it), got ", softcap));
@@ -141,6 +140,12 @@ void attention_infer(const Graph& g, Node& node) {
 }
 
 }  // namespace
+
+std::string AttentionAttrs::to_string() const {
+  return absl::StrCat("attention{scale=", scale, causal ? ",causal" : "",
+                      window > 0 ? absl::StrCat(",window=", window) : "",
+                      softcap > 0 ? absl::StrCat(",softcap=", softcap) : "", "}");
+}
 
 const OpDef kAttentionDef{
     .name = "attention",
@@ -154,9 +159,7 @@ const OpDef kAttentionDef{
 Tensor attention(Tensor q, Tensor k, Tensor v, const AttentionParams& p) {
   if (q.graph == nullptr) fail("attention", "empty tensor");
   Tensor in[] = {q, k, v};
-  return q.graph->add_node(
-      OpKind::Attention, in,
-      Attrs{.ints = {p.causal ? 1 : 0, p.window}, .floats = {p.scale, p.softcap}});
+  return q.graph->add_node(in, p);
 }
 
 }  // namespace tessera

@@ -1,4 +1,6 @@
 // Elementwise ops: unary, binary (broadcasting), where, cast.
+#include <iterator>
+
 #include "absl/strings/str_cat.h"
 #include "engine/op_def.h"
 #include "engine/ops.h"
@@ -51,7 +53,16 @@ static void broadcast_needed_rule(const Graph& g, const Node& node, const Box& o
     inputs[i] = broadcast_needed(input_node(g, node, static_cast<int>(i)).shape, node.shape, out);
 }
 
-// ---- unary: ints[0] = UnaryFn -------------------------------------------------------------
+// ---- unary: UnaryAttrs {fn} ---------------------------------------------------------------
+std::string_view fn_name(UnaryFn fn) {
+  static constexpr std::string_view kNames[] = {
+      "neg", "exp", "log", "sqrt", "rsqrt", "abs", "sign", "reciprocal", "relu", "sigmoid",
+      "tanh", "sin", "cos", "gelu_tanh", "gelu_erf", "silu", "floor", "ceil", "round"};
+  const auto i = static_cast<size_t>(fn);
+  return i < std::size(kNames) ? kNames[i] : "?";
+}
+std::string UnaryAttrs::to_string() const { return "unary." + std::string(fn_name(fn)); }
+
 static bool unary_accepts_integers(UnaryFn fn) {
   return fn == UnaryFn::Neg || fn == UnaryFn::Abs || fn == UnaryFn::Sign || fn == UnaryFn::Relu;
 }
@@ -62,11 +73,9 @@ const OpDef kUnaryDef{
     .max_inputs = 1,
     .infer =
         [](const Graph& g, Node& node) {
-          if (node.attrs.ints.size() != 1 || node.attrs.ints[0] < 0 ||
-              node.attrs.ints[0] >= static_cast<int64_t>(UnaryFn::Count))
-            fail("unary", "unknown function");
+          const UnaryFn fn = node.attrs_as<UnaryAttrs>().fn;
+          if (fn < UnaryFn::Neg || fn >= UnaryFn::Count) fail("unary", "unknown function");
           const Node& x = input_node(g, node, 0);
-          auto fn = static_cast<UnaryFn>(node.attrs.ints[0]);
           if (x.dtype == DType::Bool || (is_integer(x.dtype) && !unary_accepts_integers(fn)))
             fail(op_display_name(node), absl::StrCat("does not accept ", dtype_name(x.dtype)));
           node.shape = x.shape;
@@ -79,7 +88,7 @@ const OpDef kUnaryDef{
 Tensor unary(UnaryFn fn, Tensor x) {
   if (x.graph == nullptr) fail("unary", "empty tensor");
   Tensor in[] = {x};
-  return x.graph->add_node(OpKind::Unary, in, Attrs{.ints = {static_cast<int64_t>(fn)}});
+  return x.graph->add_node(in, UnaryAttrs{fn});
 }
 Tensor neg(Tensor x) { return unary(UnaryFn::Neg, x); }
 Tensor exp(Tensor x) { return unary(UnaryFn::Exp, x); }
@@ -102,7 +111,15 @@ Tensor floor(Tensor x) { return unary(UnaryFn::Floor, x); }
 Tensor ceil(Tensor x) { return unary(UnaryFn::Ceil, x); }
 Tensor round(Tensor x) { return unary(UnaryFn::Round, x); }
 
-// ---- binary: ints[0] = BinaryFn -----------------------------------------------------------
+// ---- binary: BinaryAttrs {fn} -------------------------------------------------------------
+std::string_view fn_name(BinaryFn fn) {
+  static constexpr std::string_view kNames[] = {"add", "sub", "mul", "div", "pow", "minimum", "maximum",
+                                                "eq",  "ne",  "lt",  "le",  "gt",  "ge"};
+  const auto i = static_cast<size_t>(fn);
+  return i < std::size(kNames) ? kNames[i] : "?";
+}
+std::string BinaryAttrs::to_string() const { return "binary." + std::string(fn_name(fn)); }
+
 static bool is_comparison(BinaryFn fn) { return fn >= BinaryFn::Eq; }
 
 const OpDef kBinaryDef{
@@ -111,15 +128,13 @@ const OpDef kBinaryDef{
     .max_inputs = 2,
     .infer =
         [](const Graph& g, Node& node) {
-          if (node.attrs.ints.size() != 1 || node.attrs.ints[0] < 0 ||
-              node.attrs.ints[0] >= static_cast<int64_t>(BinaryFn::Count))
-            fail("binary", "unknown function");
+          const BinaryFn fn = node.attrs_as<BinaryAttrs>().fn;
+          if (fn < BinaryFn::Add || fn >= BinaryFn::Count) fail("binary", "unknown function");
           const Node& a = input_node(g, node, 0);
           const Node& b = input_node(g, node, 1);
           std::string name = op_display_name(node);
           if (a.dtype != b.dtype)
             fail(name, absl::StrCat("dtype mismatch: ", dtype_name(a.dtype), " vs ", dtype_name(b.dtype)));
-          auto fn = static_cast<BinaryFn>(node.attrs.ints[0]);
           if (a.dtype == DType::Bool && !(fn == BinaryFn::Eq || fn == BinaryFn::Ne ||
                                           fn == BinaryFn::Minimum || fn == BinaryFn::Maximum))
             fail(name, "does not accept bool");
@@ -133,7 +148,7 @@ const OpDef kBinaryDef{
 Tensor binary(BinaryFn fn, Tensor a, Tensor b) {
   Tensor in[] = {a, b};
   if (a.graph == nullptr) fail("binary", "empty tensor");
-  return a.graph->add_node(OpKind::Binary, in, Attrs{.ints = {static_cast<int64_t>(fn)}});
+  return a.graph->add_node(in, BinaryAttrs{fn});
 }
 Tensor add(Tensor a, Tensor b) { return binary(BinaryFn::Add, a, b); }
 Tensor sub(Tensor a, Tensor b) { return binary(BinaryFn::Sub, a, b); }
@@ -153,7 +168,9 @@ Tensor operator-(Tensor a, Tensor b) { return sub(a, b); }
 Tensor operator*(Tensor a, Tensor b) { return mul(a, b); }
 Tensor operator/(Tensor a, Tensor b) { return div(a, b); }
 
-// ---- where(cond, a, b) --------------------------------------------------------------------
+// ---- where(cond, a, b): no attributes -----------------------------------------------------
+std::string WhereAttrs::to_string() const { return "where"; }
+
 const OpDef kWhereDef{
     .name = "where",
     .min_inputs = 3,
@@ -176,21 +193,22 @@ const OpDef kWhereDef{
 Tensor where(Tensor cond, Tensor a, Tensor b) {
   Tensor in[] = {cond, a, b};
   if (cond.graph == nullptr) fail("where", "empty tensor");
-  return cond.graph->add_node(OpKind::Where, in, {});
+  return cond.graph->add_node(in, WhereAttrs{});
 }
 
-// ---- cast: ints[0] = target DType ---------------------------------------------------------
+// ---- cast: CastAttrs {dtype} (the target) --------------------------------------------------
+std::string CastAttrs::to_string() const { return absl::StrCat("cast.", dtype_name(dtype)); }
+
 const OpDef kCastDef{
     .name = "cast",
     .min_inputs = 1,
     .max_inputs = 1,
     .infer =
         [](const Graph& g, Node& node) {
-          if (node.attrs.ints.size() != 1 || node.attrs.ints[0] < 0 ||
-              node.attrs.ints[0] > static_cast<int64_t>(DType::Bool))
-            fail("cast", "unknown target dtype");
+          const DType dtype = node.attrs_as<CastAttrs>().dtype;
+          if (dtype > DType::Bool) fail("cast", "unknown target dtype");
           node.shape = input_node(g, node, 0).shape;
-          node.dtype = static_cast<DType>(node.attrs.ints[0]);
+          node.dtype = dtype;
         },
     .forward = identity_forward,
     .needed = identity_needed,
@@ -199,7 +217,7 @@ const OpDef kCastDef{
 Tensor cast(Tensor x, DType dtype) {
   if (x.graph == nullptr) fail("cast", "empty tensor");
   Tensor in[] = {x};
-  return x.graph->add_node(OpKind::Cast, in, Attrs{.ints = {static_cast<int64_t>(dtype)}});
+  return x.graph->add_node(in, CastAttrs{dtype});
 }
 
 }  // namespace tessera

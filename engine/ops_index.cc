@@ -84,14 +84,14 @@ void matmul_needed(const Graph& g, const Node& node, const Box& out, std::span<B
 
 }  // namespace
 
+std::string MatmulAttrs::to_string() const { return "matmul"; }
+
 const OpDef kMatmulDef{
     .name = "matmul",
     .min_inputs = 2,
     .max_inputs = 2,
     .infer =
         [](const Graph& g, Node& node) {
-          if (!node.attrs.ints.empty() || !node.attrs.floats.empty())
-            fail("matmul", "takes no attributes");
           const Node& a = input_node(g, node, 0);
           const Node& b = input_node(g, node, 1);
           if (a.rank() < 2 || b.rank() < 2)
@@ -125,7 +125,7 @@ const OpDef kMatmulDef{
 Tensor matmul(Tensor a, Tensor b) {
   check_tensor("matmul", a);
   Tensor in[] = {a, b};
-  return a.graph->add_node(OpKind::Matmul, in, {});
+  return a.graph->add_node(in, MatmulAttrs{});
 }
 
 // ---- gather(table [V, ...rest], ids [...idx]) -> [...idx, ...rest] ---------------------------
@@ -165,14 +165,14 @@ void gather_needed(const Graph& g, const Node& node, const Box& out, std::span<B
 
 }  // namespace
 
+std::string GatherAttrs::to_string() const { return "gather"; }
+
 const OpDef kGatherDef{
     .name = "gather",
     .min_inputs = 2,
     .max_inputs = 2,
     .infer =
         [](const Graph& g, Node& node) {
-          if (!node.attrs.ints.empty() || !node.attrs.floats.empty())
-            fail("gather", "takes no attributes");
           const Node& table = input_node(g, node, 0);
           const Node& ids = input_node(g, node, 1);
           if (table.rank() < 1) fail("gather", "table must have rank >= 1");
@@ -192,23 +192,27 @@ const OpDef kGatherDef{
     .needed = gather_needed,
 };
 
+Tensor embedding(Tensor table, Tensor ids) { return gather(table, ids); }
+
 Tensor gather(Tensor table, Tensor ids) {
   check_tensor("gather", table);
   Tensor in[] = {table, ids};
-  return table.graph->add_node(OpKind::Gather, in, {});
+  return table.graph->add_node(in, GatherAttrs{});
 }
 
-// ---- triangle(x): ints = [upper (0/1), k] ------------------------------------------------------
+// ---- triangle(x): TriangleAttrs {upper, k} -------------------------------------------------------
 // On the last two dims (row, col), upper keeps col - row >= k (triu), lower keeps col - row <= k
 // (tril); every other element becomes zero. Elementwise in shape, so identity rules.
+std::string TriangleAttrs::to_string() const {
+  return absl::StrCat(upper ? "triu" : "tril", "{k=", k, "}");
+}
+
 const OpDef kTriangleDef{
     .name = "triangle",
     .min_inputs = 1,
     .max_inputs = 1,
     .infer =
         [](const Graph& g, Node& node) {
-          if (node.attrs.ints.size() != 2 || (node.attrs.ints[0] != 0 && node.attrs.ints[0] != 1))
-            fail("triangle", "expects ints [upper (0/1), k]");
           const Node& x = input_node(g, node, 0);
           if (x.rank() < 2)
             fail("triangle", absl::StrCat("input needs rank >= 2, got ", shape_string(x.shape)));
@@ -222,76 +226,74 @@ const OpDef kTriangleDef{
 Tensor triu(Tensor x, int64_t k) {
   check_tensor("triangle", x);
   Tensor in[] = {x};
-  return x.graph->add_node(OpKind::Triangle, in, Attrs{.ints = {1, k}});
+  return x.graph->add_node(in, TriangleAttrs{.upper = true, .k = k});
 }
 
 Tensor tril(Tensor x, int64_t k) {
   check_tensor("triangle", x);
   Tensor in[] = {x};
-  return x.graph->add_node(OpKind::Triangle, in, Attrs{.ints = {0, k}});
+  return x.graph->add_node(in, TriangleAttrs{.upper = false, .k = k});
 }
 
-// ---- arange: no inputs; ints = [n, dtype], floats = [start, step] ------------------------------
+// ---- arange: no inputs; ArangeAttrs {n, start, step, dtype} -------------------------------------
 // Output [n]; element i is start + i * step computed in double, stored in dtype (integer dtypes
 // truncate). Any dtype but bool. No inputs, so the rules are never called.
+std::string ArangeAttrs::to_string() const {
+  return absl::StrCat("arange{n=", n, ",start=", start, ",step=", step, ",dtype=", dtype_name(dtype), "}");
+}
+
 const OpDef kArangeDef{
     .name = "arange",
     .min_inputs = 0,
     .max_inputs = 0,
     .infer =
         [](const Graph&, Node& node) {
-          const Attrs& a = node.attrs;
-          if (a.ints.size() != 2 || a.floats.size() != 2)
-            fail("arange", "expects ints [n, dtype], floats [start, step]");
-          if (a.ints[0] < 0) fail("arange", absl::StrCat("length must be >= 0, got ", a.ints[0]));
-          if (a.ints[1] < 0 || a.ints[1] >= static_cast<int64_t>(DType::Bool))
-            fail("arange", "dtype must be a float or integer type");
-          node.shape = Shape{a.ints[0]};
-          node.dtype = static_cast<DType>(a.ints[1]);
+          const ArangeAttrs& a = node.attrs_as<ArangeAttrs>();
+          if (a.n < 0) fail("arange", absl::StrCat("length must be >= 0, got ", a.n));
+          if (a.dtype >= DType::Bool) fail("arange", "dtype must be a float or integer type");
+          node.shape = Shape{a.n};
+          node.dtype = a.dtype;
         },
     .forward = no_forward,
     .needed = no_needed,
 };
 
 Tensor arange(Graph& g, int64_t n, double start, double step, DType dtype) {
-  return g.add_node(OpKind::Arange, {},
-                    Attrs{.ints = {n, static_cast<int64_t>(dtype)}, .floats = {start, step}});
+  return g.add_node({}, ArangeAttrs{.n = n, .start = start, .step = step, .dtype = dtype});
 }
 
-// ---- rand: no inputs; ints = [RandDist, seed (uint64 bits), dtype, shape...] ------------------
+// ---- rand: no inputs; RandAttrs {dist, seed, dtype, shape} --------------------------------------
 // Counter-based: the value of flat (row-major) element i depends only on (seed, i), so any box
 // computes the same values. Uniform in [0, 1) or standard normal; float dtypes only. No inputs,
 // so the rules are never called.
+std::string RandAttrs::to_string() const {
+  return absl::StrCat(dist == RandDist::Normal ? "randn" : "rand", "{seed=", seed,
+                      ",dtype=", dtype_name(dtype), ",shape=", shape_string(shape), "}");
+}
+
 const OpDef kRandDef{
     .name = "rand",
     .min_inputs = 0,
     .max_inputs = 0,
     .infer =
         [](const Graph&, Node& node) {
-          const Attrs& a = node.attrs;
-          if (a.ints.size() < 3 || !a.floats.empty())
-            fail("rand", "expects ints [dist, seed, dtype, shape...]");
-          if (a.ints[0] < 0 || a.ints[0] > static_cast<int64_t>(RandDist::Normal))
+          const RandAttrs& a = node.attrs_as<RandAttrs>();
+          if (a.dist < RandDist::Uniform || a.dist > RandDist::Normal)
             fail("rand", "unknown distribution");
-          if (a.ints[2] < 0 || a.ints[2] > static_cast<int64_t>(DType::Bool))
-            fail("rand", "unknown dtype");
-          const auto dtype = static_cast<DType>(a.ints[2]);
-          if (!is_float(dtype))
-            fail("rand", absl::StrCat("dtype must be a float type, got ", dtype_name(dtype)));
-          if (a.ints.size() - 3 > static_cast<size_t>(kMaxRank))
-            fail("rand", absl::StrCat("rank ", a.ints.size() - 3, " exceeds ", kMaxRank));
-          node.shape = Shape(a.ints.begin() + 3, a.ints.end());
-          node.dtype = dtype;
+          if (a.dtype > DType::Bool) fail("rand", "unknown dtype");
+          if (!is_float(a.dtype))
+            fail("rand", absl::StrCat("dtype must be a float type, got ", dtype_name(a.dtype)));
+          if (a.shape.size() > static_cast<size_t>(kMaxRank))
+            fail("rand", absl::StrCat("rank ", a.shape.size(), " exceeds ", kMaxRank));
+          node.shape = a.shape;
+          node.dtype = a.dtype;
         },
     .forward = no_forward,
     .needed = no_needed,
 };
 
 static Tensor rand_node(Graph& g, RandDist dist, const Shape& shape, uint64_t seed, DType dtype) {
-  Attrs attrs{.ints = {static_cast<int64_t>(dist), static_cast<int64_t>(seed),
-                       static_cast<int64_t>(dtype)}};
-  attrs.ints.insert(attrs.ints.end(), shape.begin(), shape.end());
-  return g.add_node(OpKind::Rand, {}, std::move(attrs));
+  return g.add_node({}, RandAttrs{.dist = dist, .seed = seed, .dtype = dtype, .shape = shape});
 }
 
 Tensor rand(Graph& g, const Shape& shape, uint64_t seed, DType dtype) {

@@ -36,13 +36,14 @@ static void linear_needed(const Graph& g, const Node& node, const Box& out, std:
   inputs[1] = bw;
 }
 
+std::string LinearAttrs::to_string() const { return "linear"; }
+
 const OpDef kLinearDef{
     .name = "linear",
     .min_inputs = 2,
     .max_inputs = 2,
     .infer =
         [](const Graph& g, Node& node) {
-          if (!node.attrs.ints.empty() || !node.attrs.floats.empty()) fail("linear", "takes no attributes");
           const Node& x = input_node(g, node, 0);
           const Node& w = input_node(g, node, 1);
           if (x.rank() < 1) fail("linear", "x must have rank >= 1");
@@ -64,7 +65,7 @@ const OpDef kLinearDef{
 Tensor linear(Tensor x, Tensor weight) {
   if (x.graph == nullptr || weight.graph == nullptr) fail("linear", "empty tensor");
   Tensor in[] = {x, weight};
-  return x.graph->add_node(OpKind::Linear, in, {});
+  return x.graph->add_node(in, LinearAttrs{});
 }
 
 }  // namespace tessera

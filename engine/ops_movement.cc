@@ -20,23 +20,22 @@ Graph& graph_of(std::string_view op, Tensor x) {
   return *x.graph;
 }
 
-Tensor add_movement(OpKind kind, std::string_view op, Tensor x, Attrs attrs) {
+Tensor add_movement(std::string_view op, Tensor x, OpAttrs attrs) {
   Tensor in[] = {x};
-  return graph_of(op, x).add_node(kind, in, std::move(attrs));
+  return graph_of(op, x).add_node(in, std::move(attrs));
 }
 
-void expect_ints(std::string_view op, const Node& node, size_t count, const char* what) {
-  if (node.attrs.ints.size() != count)
-    fail(op, absl::StrCat("expects ", count, " ", what, ", got ", node.attrs.ints.size()));
+void expect_count(std::string_view op, size_t got, size_t count, const char* what) {
+  if (got != count) fail(op, absl::StrCat("expects ", count, " ", what, ", got ", got));
 }
 
-// ---- slice helpers: ints = [start, stop, step] per axis ------------------------------------
+// ---- slice helpers -------------------------------------------------------------------------
 struct SliceAxis {
   int64_t start, stop, step;
 };
 SliceAxis slice_axis(const Node& node, int d) {
-  const auto& v = node.attrs.ints;
-  return {v[3 * d], v[3 * d + 1], v[3 * d + 2]};
+  const SliceAttrs& a = node.attrs_as<SliceAttrs>();
+  return {a.start[d], a.stop[d], a.step[d]};
 }
 
 // a >= 0, b > 0.
@@ -47,7 +46,7 @@ int64_t ceil_div(int64_t a, int64_t b) {
 // ---- concat helper -------------------------------------------------------------------------
 // Offset of input i along the concat axis.
 int64_t concat_offset(const Graph& g, const Node& node, int input) {
-  const int axis = static_cast<int>(node.attrs.ints[0]);
+  const int axis = static_cast<int>(node.attrs_as<ConcatAttrs>().axis);
   int64_t offset = 0;
   for (int k = 0; k < input; ++k) offset += input_node(g, node, k).shape[axis];
   return offset;
@@ -55,7 +54,9 @@ int64_t concat_offset(const Graph& g, const Node& node, int input) {
 
 }  // namespace
 
-// ---- permute: ints = perm (output dim i is input dim perm[i]) ------------------------------
+// ---- permute: PermuteAttrs {perm} (output dim i is input dim perm[i]) ----------------------
+std::string PermuteAttrs::to_string() const { return "permute" + ints_string(perm); }
+
 const OpDef kPermuteDef{
     .name = "permute",
     .min_inputs = 1,
@@ -63,8 +64,8 @@ const OpDef kPermuteDef{
     .infer =
         [](const Graph& g, Node& node) {
           const Node& x = input_node(g, node, 0);
-          const auto& perm = node.attrs.ints;
-          expect_ints("permute", node, x.shape.size(), "perm entries");
+          const Ints& perm = node.attrs_as<PermuteAttrs>().perm;
+          expect_count("permute", perm.size(), x.shape.size(), "perm entries");
           bool seen[kMaxRank] = {};
           node.shape.resize(perm.size());
           for (size_t i = 0; i < perm.size(); ++i) {
@@ -80,13 +81,15 @@ const OpDef kPermuteDef{
     .forward =
         [](const Graph&, const Node& node, int, const Box& dirty, Region& out) {
           Box b = Box::of_rank(node.rank());
-          for (int i = 0; i < node.rank(); ++i) b[i] = dirty[static_cast<int>(node.attrs.ints[i])];
+          const Ints& perm = node.attrs_as<PermuteAttrs>().perm;
+          for (int i = 0; i < node.rank(); ++i) b[i] = dirty[static_cast<int>(perm[i])];
           out.add(b);
         },
     .needed =
         [](const Graph&, const Node& node, const Box& out, std::span<Box> inputs) {
           Box b = Box::of_rank(node.rank());
-          for (int i = 0; i < node.rank(); ++i) b[static_cast<int>(node.attrs.ints[i])] = out[i];
+          const Ints& perm = node.attrs_as<PermuteAttrs>().perm;
+          for (int i = 0; i < node.rank(); ++i) b[static_cast<int>(perm[i])] = out[i];
           inputs[0] = b;
         },
 };
@@ -94,7 +97,7 @@ const OpDef kPermuteDef{
 Tensor permute(Tensor x, std::vector<int64_t> perm) {
   const int rank = graph_of("permute", x).node(x.id).rank();
   for (int64_t& p : perm) p = normalize_axis("permute", p, rank);
-  return add_movement(OpKind::Permute, "permute", x, Attrs{.ints = {perm.begin(), perm.end()}});
+  return add_movement("permute", x, PermuteAttrs{Ints(perm.begin(), perm.end())});
 }
 
 Tensor transpose(Tensor x, int64_t axis0, int64_t axis1) {
@@ -107,8 +110,13 @@ Tensor transpose(Tensor x, int64_t axis0, int64_t axis1) {
   return permute(x, std::move(perm));
 }
 
-// ---- slice: ints = [start, stop, step] for every axis, 0 <= start <= stop <= dim, step >= 1.
+// ---- slice: SliceAttrs {start, stop, step} per axis, 0 <= start <= stop <= dim, step >= 1.
 // out[i] = in[start + i * step]; output dim = ceil((stop - start) / step).
+std::string SliceAttrs::to_string() const {
+  return absl::StrCat("slice{start=", ints_string(start), ",stop=", ints_string(stop),
+                      ",step=", ints_string(step), "}");
+}
+
 const OpDef kSliceDef{
     .name = "slice",
     .min_inputs = 1,
@@ -116,7 +124,11 @@ const OpDef kSliceDef{
     .infer =
         [](const Graph& g, Node& node) {
           const Node& x = input_node(g, node, 0);
-          expect_ints("slice", node, 3 * x.shape.size(), "ints ([start, stop, step] per axis)");
+          const SliceAttrs& a = node.attrs_as<SliceAttrs>();
+          const char* what = "[start, stop, step] entries (one per axis)";
+          expect_count("slice", a.start.size(), x.shape.size(), what);
+          expect_count("slice", a.stop.size(), x.shape.size(), what);
+          expect_count("slice", a.step.size(), x.shape.size(), what);
           node.shape.resize(x.shape.size());
           for (int d = 0; d < x.rank(); ++d) {
             const SliceAxis s = slice_axis(node, d);
@@ -161,23 +173,32 @@ const OpDef kSliceDef{
 Tensor slice(Tensor x, int64_t axis, int64_t start, int64_t stop, int64_t step) {
   const Shape& shape = graph_of("slice", x).node(x.id).shape;
   const int a = normalize_axis("slice", axis, static_cast<int>(shape.size()));
-  Attrs attrs;
+  SliceAttrs attrs;
   for (int d = 0; d < static_cast<int>(shape.size()); ++d) {
     if (d != a) {
-      attrs.ints.insert(attrs.ints.end(), {0, shape[d], 1});
+      attrs.start.push_back(0);
+      attrs.stop.push_back(shape[d]);
+      attrs.step.push_back(1);
       continue;
     }
     // Bounds clamp into [0, dim] (an empty range when stop <= start), like Python slicing
     // without negative indices.
     const int64_t begin = std::clamp<int64_t>(start, 0, shape[d]);
     const int64_t end = std::clamp<int64_t>(stop, begin, shape[d]);
-    attrs.ints.insert(attrs.ints.end(), {begin, end, step});
+    attrs.start.push_back(begin);
+    attrs.stop.push_back(end);
+    attrs.step.push_back(step);
   }
-  return add_movement(OpKind::Slice, "slice", x, std::move(attrs));
+  return add_movement("slice", x, std::move(attrs));
 }
 
-// ---- pad: ints = before[rank] then after[rank] (>= 0), floats = [value] ---------------------
+// ---- pad: PadAttrs {before, after (per axis, >= 0), value} ----------------------------------
 // out[i] = in[i - before] where that lies inside the input, else value.
+std::string PadAttrs::to_string() const {
+  return absl::StrCat("pad{before=", ints_string(before), ",after=", ints_string(after),
+                      ",value=", value, "}");
+}
+
 const OpDef kPadDef{
     .name = "pad",
     .min_inputs = 1,
@@ -186,11 +207,12 @@ const OpDef kPadDef{
         [](const Graph& g, Node& node) {
           const Node& x = input_node(g, node, 0);
           const int rank = x.rank();
-          expect_ints("pad", node, 2 * x.shape.size(), "pad amounts (before and after per axis)");
-          if (node.attrs.floats.size() != 1) fail("pad", "expects one pad value");
+          const PadAttrs& a = node.attrs_as<PadAttrs>();
+          expect_count("pad", a.before.size(), x.shape.size(), "before amounts (one per axis)");
+          expect_count("pad", a.after.size(), x.shape.size(), "after amounts (one per axis)");
           node.shape.resize(x.shape.size());
           for (int d = 0; d < rank; ++d) {
-            const int64_t before = node.attrs.ints[d], after = node.attrs.ints[rank + d];
+            const int64_t before = a.before[d], after = a.after[d];
             if (before < 0 || after < 0)
               fail("pad", absl::StrCat("negative pad on axis ", d, ": ", before, ", ", after));
             node.shape[d] = before + x.shape[d] + after;
@@ -199,9 +221,10 @@ const OpDef kPadDef{
         },
     .forward =
         [](const Graph&, const Node& node, int, const Box& dirty, Region& out) {
+          const Ints& before = node.attrs_as<PadAttrs>().before;
           Box b = dirty;
           for (int d = 0; d < node.rank(); ++d)
-            b[d] = Interval(dirty.begin(d) + node.attrs.ints[d], dirty.end(d) + node.attrs.ints[d]);
+            b[d] = Interval(dirty.begin(d) + before[d], dirty.end(d) + before[d]);
           out.add(b);
         },
     .needed =
@@ -209,7 +232,7 @@ const OpDef kPadDef{
           const Shape& in_shape = input_node(g, node, 0).shape;
           Box b = Box::of_rank(node.rank());
           for (int d = 0; d < node.rank(); ++d) {
-            const int64_t before = node.attrs.ints[d];
+            const int64_t before = node.attrs_as<PadAttrs>().before[d];
             b[d] = Interval(std::max<int64_t>(out.begin(d) - before, 0),
                             std::min(out.end(d) - before, in_shape[d]));
           }
@@ -223,14 +246,16 @@ Tensor pad(Tensor x, std::vector<int64_t> before, std::vector<int64_t> after, fl
   if (static_cast<int>(before.size()) != rank || static_cast<int>(after.size()) != rank)
     fail("pad", absl::StrCat("expects ", rank, " before and after amounts, got ", before.size(),
                              " and ", after.size()));
-  Attrs attrs{.floats = {value}};
-  attrs.ints.assign(before.begin(), before.end());
-  attrs.ints.insert(attrs.ints.end(), after.begin(), after.end());
-  return add_movement(OpKind::Pad, "pad", x, std::move(attrs));
+  return add_movement("pad", x,
+                      PadAttrs{.before = Ints(before.begin(), before.end()),
+                               .after = Ints(after.begin(), after.end()),
+                               .value = value});
 }
 
-// ---- concat: 1..64 inputs, ints = [axis] (normalised). Same dtype and rank, same dims except
+// ---- concat: 1..64 inputs, ConcatAttrs {axis} (normalised). Same dtype and rank, same dims except
 // on axis; input k occupies [offset_k, offset_k + dim_k) of the output axis.
+std::string ConcatAttrs::to_string() const { return absl::StrCat("concat{axis=", axis, "}"); }
+
 const OpDef kConcatDef{
     .name = "concat",
     .min_inputs = 1,
@@ -238,8 +263,7 @@ const OpDef kConcatDef{
     .infer =
         [](const Graph& g, Node& node) {
           const Node& first = input_node(g, node, 0);
-          expect_ints("concat", node, 1, "axis");
-          const int64_t axis = node.attrs.ints[0];
+          const int64_t axis = node.attrs_as<ConcatAttrs>().axis;
           if (axis < 0 || axis >= first.rank())
             fail("concat", absl::StrCat("axis ", axis, " out of range for rank ", first.rank()));
           node.shape = first.shape;
@@ -260,7 +284,7 @@ const OpDef kConcatDef{
         },
     .forward =
         [](const Graph& g, const Node& node, int input, const Box& dirty, Region& out) {
-          const int axis = static_cast<int>(node.attrs.ints[0]);
+          const int axis = static_cast<int>(node.attrs_as<ConcatAttrs>().axis);
           const int64_t offset = concat_offset(g, node, input);
           Box b = dirty;
           b[axis] = Interval(dirty.begin(axis) + offset, dirty.end(axis) + offset);
@@ -268,7 +292,7 @@ const OpDef kConcatDef{
         },
     .needed =
         [](const Graph& g, const Node& node, const Box& out, std::span<Box> inputs) {
-          const int axis = static_cast<int>(node.attrs.ints[0]);
+          const int axis = static_cast<int>(node.attrs_as<ConcatAttrs>().axis);
           int64_t offset = 0;
           for (size_t k = 0; k < inputs.size(); ++k) {
             const int64_t n = input_node(g, node, static_cast<int>(k)).shape[axis];
@@ -285,7 +309,7 @@ Tensor concat(std::span<const Tensor> xs, int64_t axis) {
   if (xs.empty()) fail("concat", "no inputs");
   Graph& g = graph_of("concat", xs[0]);
   const int a = normalize_axis("concat", axis, g.node(xs[0].id).rank());
-  return g.add_node(OpKind::Concat, xs, Attrs{.ints = {a}});
+  return g.add_node(xs, ConcatAttrs{a});
 }
 
 std::vector<Tensor> split(Tensor x, int64_t axis, std::vector<int64_t> sizes) {
@@ -324,8 +348,10 @@ Tensor stack(std::span<const Tensor> xs, int64_t axis) {
   return concat(parts, a);
 }
 
-// ---- repeat: ints = repeats per axis (>= 1); out dim = dim * repeats, out[i] = in[i mod dim]
+// ---- repeat: RepeatAttrs {repeats} per axis (>= 1); out dim = dim * repeats, out[i] = in[i mod dim]
 // (numpy tile / torch repeat at equal rank).
+std::string RepeatAttrs::to_string() const { return "repeat" + ints_string(repeats); }
+
 const OpDef kRepeatDef{
     .name = "repeat",
     .min_inputs = 1,
@@ -333,12 +359,13 @@ const OpDef kRepeatDef{
     .infer =
         [](const Graph& g, Node& node) {
           const Node& x = input_node(g, node, 0);
-          expect_ints("repeat", node, x.shape.size(), "repeat counts (one per axis)");
+          const Ints& repeats = node.attrs_as<RepeatAttrs>().repeats;
+          expect_count("repeat", repeats.size(), x.shape.size(), "repeat counts (one per axis)");
           node.shape = x.shape;
           for (int d = 0; d < x.rank(); ++d) {
-            if (node.attrs.ints[d] < 1)
-              fail("repeat", absl::StrCat("repeats must be >= 1, got ", node.attrs.ints[d]));
-            node.shape[d] *= node.attrs.ints[d];
+            if (repeats[d] < 1)
+              fail("repeat", absl::StrCat("repeats must be >= 1, got ", repeats[d]));
+            node.shape[d] *= repeats[d];
           }
           node.dtype = x.dtype;
         },
@@ -354,7 +381,7 @@ const OpDef kRepeatDef{
           int64_t total = 1;
           for (int d = 0; d < rank; ++d) {
             whole[d] = dirty[d] == Interval(0, in_shape[d]);
-            copies[d] = whole[d] ? 1 : node.attrs.ints[d];
+            copies[d] = whole[d] ? 1 : node.attrs_as<RepeatAttrs>().repeats[d];
             total *= copies[d];
           }
           while (total > kMaxRepeatBoxes) {  // too many boxes: widen the worst axis to full (sound)
@@ -397,14 +424,16 @@ const OpDef kRepeatDef{
 };
 
 Tensor repeat(Tensor x, std::vector<int64_t> repeats) {
-  return add_movement(OpKind::Repeat, "repeat", x, Attrs{.ints = {repeats.begin(), repeats.end()}});
+  return add_movement("repeat", x, RepeatAttrs{Ints(repeats.begin(), repeats.end())});
 }
 
-// ---- flip: ints = axes to reverse (normalised, sorted, unique); out[i] = in[dim - 1 - i] on
-// those axes.
+// ---- flip: FlipAttrs {axes} to reverse (normalised, sorted, unique); out[i] = in[dim - 1 - i]
+// on those axes.
 static Interval flip_interval(const Interval& v, int64_t n) {
   return Interval(n - v.end, n - v.begin);
 }
+
+std::string FlipAttrs::to_string() const { return "flip" + ints_string(axes); }
 
 const OpDef kFlipDef{
     .name = "flip",
@@ -413,7 +442,7 @@ const OpDef kFlipDef{
     .infer =
         [](const Graph& g, Node& node) {
           const Node& x = input_node(g, node, 0);
-          const auto& axes = node.attrs.ints;
+          const Ints& axes = node.attrs_as<FlipAttrs>().axes;
           for (size_t i = 0; i < axes.size(); ++i) {
             if (axes[i] < 0 || axes[i] >= x.rank())
               fail("flip", absl::StrCat("axis ", axes[i], " out of range for rank ", x.rank()));
@@ -425,14 +454,14 @@ const OpDef kFlipDef{
     .forward =
         [](const Graph&, const Node& node, int, const Box& dirty, Region& out) {
           Box b = dirty;
-          for (int64_t a : node.attrs.ints)
+          for (int64_t a : node.attrs_as<FlipAttrs>().axes)
             b[static_cast<int>(a)] = flip_interval(dirty[static_cast<int>(a)], node.shape[a]);
           out.add(b);
         },
     .needed =
         [](const Graph&, const Node& node, const Box& out, std::span<Box> inputs) {
           Box b = out;
-          for (int64_t a : node.attrs.ints)
+          for (int64_t a : node.attrs_as<FlipAttrs>().axes)
             b[static_cast<int>(a)] = flip_interval(out[static_cast<int>(a)], node.shape[a]);
           inputs[0] = b;
         },
@@ -443,10 +472,12 @@ Tensor flip(Tensor x, std::vector<int64_t> axes) {
   for (int64_t& a : axes) a = normalize_axis("flip", a, rank);
   std::sort(axes.begin(), axes.end());
   if (std::adjacent_find(axes.begin(), axes.end()) != axes.end()) fail("flip", "axis listed twice");
-  return add_movement(OpKind::Flip, "flip", x, Attrs{.ints = {axes.begin(), axes.end()}});
+  return add_movement("flip", x, FlipAttrs{Ints(axes.begin(), axes.end())});
 }
 
-// ---- expand: ints = target shape; numpy broadcasting of size-1 dims and new leading dims.
+// ---- expand: ExpandAttrs {shape} (the target); numpy broadcasting of size-1 dims and new leading dims.
+std::string ExpandAttrs::to_string() const { return "expand" + shape_string(shape); }
+
 const OpDef kExpandDef{
     .name = "expand",
     .min_inputs = 1,
@@ -454,10 +485,9 @@ const OpDef kExpandDef{
     .infer =
         [](const Graph& g, Node& node) {
           const Node& x = input_node(g, node, 0);
-          const auto& target = node.attrs.ints;
-          if (target.size() > kMaxRank)
-            fail("expand", absl::StrCat("rank ", target.size(), " exceeds ", kMaxRank));
-          Shape shape(target.begin(), target.end());
+          const Shape& shape = node.attrs_as<ExpandAttrs>().shape;
+          if (shape.size() > kMaxRank)
+            fail("expand", absl::StrCat("rank ", shape.size(), " exceeds ", kMaxRank));
           bool ok = shape.size() >= x.shape.size();
           const size_t offset = ok ? shape.size() - x.shape.size() : 0;
           for (size_t d = 0; ok && d < shape.size(); ++d) {
@@ -482,7 +512,7 @@ const OpDef kExpandDef{
 };
 
 Tensor expand(Tensor x, const Shape& shape) {
-  return add_movement(OpKind::Expand, "expand", x, Attrs{.ints = {shape.begin(), shape.end()}});
+  return add_movement("expand", x, ExpandAttrs{shape});
 }
 
 }  // namespace tessera

@@ -1,9 +1,11 @@
-// Neural-network ops with their own region rules: rope, conv2d, pool2d, upsample (nearest).
+// Neural-network ops with their own region rules: rope, conv2d, pool2d, upsample (nearest),
+// rope_multi.
 // Attention has its own file (engine/ops_attention.cc).
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "engine/op_def.h"
@@ -75,7 +77,7 @@ void set_empty(const Graph& g, const Node& node, std::span<Box> inputs) {
 }  // namespace
 
 // ---- rope(x [..., T, H, D] float, positions [T] i32/i64) ----------------------------------
-// ints = [n_rot, mode (RopeMode)], floats = [base, freq_scale]. Pair i in [0, n_rot / 2) turns by
+// RopeAttrs {n_rot, base, mode, freq_scale}. Pair i in [0, n_rot / 2) turns by
 // theta = pos[t] * freq_scale * base^(-2i / n_rot): HalfSplit pairs (i, i + n_rot / 2) (NeoX, HF
 // rotate_half), Interleaved pairs (2i, 2i + 1) (GPT-J, llama.cpp normal mode).
 // out_a = x_a cos - x_b sin, out_b = x_a sin + x_b cos, in double; dims >= n_rot pass through.
@@ -101,7 +103,8 @@ std::array<Interval, 2> rope_partners(Interval cols, int64_t n_rot, RopeMode mod
 void rope_forward(const Graph&, const Node& node, int input, const Box& dirty, Region& out) {
   if (dirty.empty()) return;
   const int rank = node.rank();
-  const int64_t n_rot = node.attrs.ints[0];
+  const RopeAttrs& a = node.attrs_as<RopeAttrs>();
+  const int64_t n_rot = a.n_rot;
   if (input == 1) {
     Box b = Box::full(node.shape);
     b[rank - 3] = dirty[0];
@@ -111,8 +114,7 @@ void rope_forward(const Graph&, const Node& node, int input, const Box& dirty, R
   }
   out.add(dirty);
   Box b = dirty;
-  for (Interval cols :
-       rope_partners(dirty[rank - 1], n_rot, static_cast<RopeMode>(node.attrs.ints[1]))) {
+  for (Interval cols : rope_partners(dirty[rank - 1], n_rot, a.mode)) {
     if (cols.empty()) continue;
     b[rank - 1] = cols;
     out.add(b);
@@ -122,10 +124,10 @@ void rope_forward(const Graph&, const Node& node, int input, const Box& dirty, R
 void rope_needed(const Graph& g, const Node& node, const Box& out, std::span<Box> inputs) {
   if (out.empty()) return set_empty(g, node, inputs);
   const int rank = node.rank();
-  const int64_t n_rot = node.attrs.ints[0];
+  const RopeAttrs& a = node.attrs_as<RopeAttrs>();
+  const int64_t n_rot = a.n_rot;
   Box x = out;
-  for (Interval cols :
-       rope_partners(out[rank - 1], n_rot, static_cast<RopeMode>(node.attrs.ints[1])))
+  for (Interval cols : rope_partners(out[rank - 1], n_rot, a.mode))
     if (!cols.empty())
       x[rank - 1] =
           Interval(std::min(x[rank - 1].begin, cols.begin), std::max(x[rank - 1].end, cols.end));
@@ -135,8 +137,7 @@ void rope_needed(const Graph& g, const Node& node, const Box& out, std::span<Box
 }
 
 void rope_infer(const Graph& g, Node& node) {
-  if (node.attrs.ints.size() != 2 || node.attrs.floats.size() != 2)
-    fail("rope", "expects ints [n_rot, mode] and floats [base, freq_scale]");
+  const RopeAttrs& a = node.attrs_as<RopeAttrs>();
   const Node& x = input_node(g, node, 0);
   const Node& positions = input_node(g, node, 1);
   if (x.rank() < 3)
@@ -149,23 +150,26 @@ void rope_infer(const Graph& g, Node& node) {
   if (positions.rank() != 1 || positions.shape[0] != t)
     fail("rope",
          absl::StrCat("positions must have shape [", t, "], got ", shape_string(positions.shape)));
-  const int64_t n_rot = node.attrs.ints[0];
+  const int64_t n_rot = a.n_rot;
   const int64_t d = x.shape.back();
   if (n_rot <= 0 || n_rot % 2 != 0 || n_rot > d)
     fail("rope", absl::StrCat("n_rot must be even and in [2, ", d, "], got ", n_rot));
-  const int64_t mode = node.attrs.ints[1];
-  if (mode != static_cast<int64_t>(RopeMode::HalfSplit) &&
-      mode != static_cast<int64_t>(RopeMode::Interleaved))
-    fail("rope", absl::StrCat("unknown mode ", mode));
-  const double base = node.attrs.floats[0];
-  if (!(base > 0) || !std::isfinite(base))
-    fail("rope", absl::StrCat("base must be positive, got ", base));
-  if (!std::isfinite(node.attrs.floats[1])) fail("rope", "freq_scale must be finite");
+  if (a.mode != RopeMode::HalfSplit && a.mode != RopeMode::Interleaved)
+    fail("rope", absl::StrCat("unknown mode ", static_cast<int64_t>(a.mode)));
+  if (!(a.base > 0) || !std::isfinite(a.base))
+    fail("rope", absl::StrCat("base must be positive, got ", a.base));
+  if (!std::isfinite(a.freq_scale)) fail("rope", "freq_scale must be finite");
   node.shape = x.shape;
   node.dtype = x.dtype;
 }
 
 }  // namespace
+
+std::string RopeAttrs::to_string() const {
+  return absl::StrCat("rope{n_rot=", n_rot, ",base=", base,
+                      mode == RopeMode::HalfSplit ? ",half_split" : ",interleaved",
+                      freq_scale != 1.0 ? absl::StrCat(",freq_scale=", freq_scale) : "", "}");
+}
 
 const OpDef kRopeDef{
     .name = "rope",
@@ -181,12 +185,11 @@ Tensor rope(Tensor x, Tensor positions, int64_t n_rot, double base, RopeMode mod
   if (x.graph == nullptr) fail("rope", "empty tensor");
   Tensor in[] = {x, positions};
   return x.graph->add_node(
-      OpKind::Rope, in,
-      Attrs{.ints = {n_rot, static_cast<int64_t>(mode)}, .floats = {base, freq_scale}});
+      in, RopeAttrs{.n_rot = n_rot, .base = base, .mode = mode, .freq_scale = freq_scale});
 }
 
 // ---- conv2d(x [N, C, H, W], weight [O, C / groups, KH, KW], bias [O] optional) -> [N, O, OH, OW]
-// ints = [stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups, has_bias]; zero padding;
+// Conv2dAttrs {stride, pad, dilation (h and w), groups}; bias present with 3 inputs; zero padding;
 // OH = floor((H + 2 pad_h - dil_h (KH - 1) - 1) / stride_h) + 1 (same for OW). Output channel o
 // reads the input channels of its group, o / (O / groups). The kernel accumulates in double in
 // the order (c, kh, kw), then adds the bias.
@@ -203,12 +206,12 @@ struct ConvGeometry {
 };
 
 ConvGeometry conv_geometry(const Graph& g, const Node& node) {
-  const auto& a = node.attrs.ints;
+  const Conv2dAttrs& a = node.attrs_as<Conv2dAttrs>();
   const Shape& weight = input_node(g, node, 1).shape;
   ConvGeometry c;
-  c.h = Window{weight[2], a[0], a[2], a[4]};
-  c.w = Window{weight[3], a[1], a[3], a[5]};
-  c.groups = a[6];
+  c.h = Window{weight[2], a.stride_h, a.pad_h, a.dilation_h};
+  c.w = Window{weight[3], a.stride_w, a.pad_w, a.dilation_w};
+  c.groups = a.groups;
   c.in_per_group = weight[1];
   c.out_per_group = weight[0] / c.groups;
   return c;
@@ -244,13 +247,8 @@ void conv2d_needed(const Graph& g, const Node& node, const Box& out, std::span<B
 }
 
 void conv2d_infer(const Graph& g, Node& node) {
-  const auto& a = node.attrs.ints;
-  if (a.size() != 8 || !node.attrs.floats.empty())
-    fail("conv2d",
-         "expects ints [stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups, has_bias]");
-  if (a[7] != 0 && a[7] != 1) fail("conv2d", "has_bias must be 0 or 1");
-  if (static_cast<int64_t>(node.inputs.size()) != 2 + a[7])
-    fail("conv2d", absl::StrCat("has_bias = ", a[7], " but ", node.inputs.size(), " inputs"));
+  const Conv2dAttrs& a = node.attrs_as<Conv2dAttrs>();
+  const bool has_bias = node.inputs.size() == 3;
   const Node& x = input_node(g, node, 0);
   const Node& weight = input_node(g, node, 1);
   if (x.rank() != 4)
@@ -263,10 +261,10 @@ void conv2d_infer(const Graph& g, Node& node) {
   if (weight.dtype != x.dtype)
     fail("conv2d", absl::StrCat("dtype mismatch: x ", dtype_name(x.dtype), ", weight ",
                                 dtype_name(weight.dtype)));
-  if (a[0] < 1 || a[1] < 1) fail("conv2d", "stride must be >= 1");
-  if (a[2] < 0 || a[3] < 0) fail("conv2d", "padding must be >= 0");
-  if (a[4] < 1 || a[5] < 1) fail("conv2d", "dilation must be >= 1");
-  const int64_t groups = a[6];
+  if (a.stride_h < 1 || a.stride_w < 1) fail("conv2d", "stride must be >= 1");
+  if (a.pad_h < 0 || a.pad_w < 0) fail("conv2d", "padding must be >= 0");
+  if (a.dilation_h < 1 || a.dilation_w < 1) fail("conv2d", "dilation must be >= 1");
+  const int64_t groups = a.groups;
   if (groups < 1) fail("conv2d", "groups must be >= 1");
   if (x.shape[1] % groups != 0)
     fail("conv2d",
@@ -278,7 +276,7 @@ void conv2d_infer(const Graph& g, Node& node) {
     fail("conv2d", absl::StrCat("weight ", shape_string(weight.shape), " must have ",
                                 x.shape[1] / groups, " input channels per group"));
   if (weight.shape[2] < 1 || weight.shape[3] < 1) fail("conv2d", "kernel must be at least 1x1");
-  if (a[7] == 1) {
+  if (has_bias) {
     const Node& bias = input_node(g, node, 2);
     if (bias.dtype != x.dtype)
       fail("conv2d", absl::StrCat("dtype mismatch: x ", dtype_name(x.dtype), ", bias ",
@@ -297,6 +295,13 @@ void conv2d_infer(const Graph& g, Node& node) {
 
 }  // namespace
 
+std::string Conv2dAttrs::to_string() const {
+  const bool dilated = dilation_h != 1 || dilation_w != 1;
+  return absl::StrCat("conv2d{stride=", stride_h, "x", stride_w, ",pad=", pad_h, "x", pad_w,
+                      dilated ? absl::StrCat(",dilation=", dilation_h, "x", dilation_w) : "",
+                      ",groups=", groups, "}");
+}
+
 const OpDef kConv2dDef{
     .name = "conv2d",
     .min_inputs = 2,
@@ -309,22 +314,20 @@ const OpDef kConv2dDef{
 Tensor conv2d(Tensor x, Tensor weight, Tensor bias, const Conv2dParams& p) {
   if (x.graph == nullptr) fail("conv2d", "empty tensor");
   const bool has_bias = bias.graph != nullptr;
-  Attrs attrs{.ints = {p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dilation_h, p.dilation_w,
-                       p.groups, has_bias}};
   Tensor in[] = {x, weight, bias};
-  return x.graph->add_node(OpKind::Conv2d, std::span<const Tensor>(in, has_bias ? 3 : 2),
-                           std::move(attrs));
+  return x.graph->add_node(std::span<const Tensor>(in, has_bias ? 3 : 2), p);
 }
 
 // ---- pool2d(x [N, C, H, W] float) -> [N, C, OH, OW] ----------------------------------------
-// ints = [kind (PoolKind), kernel, stride, padding]; square window, no dilation,
+// Pool2dAttrs {kind, kernel, stride, padding}; square window, no dilation,
 // OH = floor((H + 2 padding - kernel) / stride) + 1. Max ignores padding; avg counts it
 // (count_include_pad: divisor kernel * kernel). padding < kernel, so every window holds an input
 // element. Rules: those of a depthwise conv; channels map to themselves.
 namespace {
 
 Window pool_window(const Node& node) {
-  return Window{node.attrs.ints[1], node.attrs.ints[2], node.attrs.ints[3], 1};
+  const Pool2dAttrs& a = node.attrs_as<Pool2dAttrs>();
+  return Window{a.kernel, a.stride, a.padding, 1};
 }
 
 void pool2d_forward(const Graph&, const Node& node, int, const Box& dirty, Region& out) {
@@ -342,19 +345,17 @@ void pool2d_needed(const Graph& g, const Node& node, const Box& out, std::span<B
 }
 
 void pool2d_infer(const Graph& g, Node& node) {
-  const auto& a = node.attrs.ints;
-  if (a.size() != 4 || !node.attrs.floats.empty())
-    fail("pool2d", "expects ints [kind, kernel, stride, padding]");
-  if (a[0] != static_cast<int64_t>(PoolKind::Max) && a[0] != static_cast<int64_t>(PoolKind::Avg))
-    fail("pool2d", absl::StrCat("unknown kind ", a[0]));
+  const Pool2dAttrs& a = node.attrs_as<Pool2dAttrs>();
+  if (a.kind != PoolKind::Max && a.kind != PoolKind::Avg)
+    fail("pool2d", absl::StrCat("unknown kind ", static_cast<int64_t>(a.kind)));
   const Node& x = input_node(g, node, 0);
   if (x.rank() != 4)
     fail("pool2d", absl::StrCat("x must be [N, C, H, W], got ", shape_string(x.shape)));
   if (!is_float(x.dtype))
     fail("pool2d", absl::StrCat("x must be float, got ", dtype_name(x.dtype)));
-  if (a[1] < 1) fail("pool2d", "kernel must be >= 1");
-  if (a[2] < 1) fail("pool2d", "stride must be >= 1");
-  if (a[3] < 0 || a[3] >= a[1]) fail("pool2d", "padding must be in [0, kernel)");
+  if (a.kernel < 1) fail("pool2d", "kernel must be >= 1");
+  if (a.stride < 1) fail("pool2d", "stride must be >= 1");
+  if (a.padding < 0 || a.padding >= a.kernel) fail("pool2d", "padding must be in [0, kernel)");
   const Window w = pool_window(node);
   const int64_t oh = window_output_size(x.shape[2], w), ow = window_output_size(x.shape[3], w);
   if (oh <= 0 || ow <= 0)
@@ -364,6 +365,11 @@ void pool2d_infer(const Graph& g, Node& node) {
 }
 
 }  // namespace
+
+std::string Pool2dAttrs::to_string() const {
+  return absl::StrCat(kind == PoolKind::Max ? "max_pool2d" : "avg_pool2d", "{kernel=", kernel,
+                      ",stride=", stride, ",pad=", padding, "}");
+}
 
 const OpDef kPool2dDef{
     .name = "pool2d",
@@ -377,18 +383,18 @@ const OpDef kPool2dDef{
 Tensor pool2d(Tensor x, PoolKind kind, int64_t kernel, int64_t stride, int64_t padding) {
   if (x.graph == nullptr) fail("pool2d", "empty tensor");
   Tensor in[] = {x};
-  return x.graph->add_node(OpKind::Pool2d, in,
-                           Attrs{.ints = {static_cast<int64_t>(kind), kernel, stride, padding}});
+  return x.graph->add_node(
+      in, Pool2dAttrs{.kind = kind, .kernel = kernel, .stride = stride, .padding = padding});
 }
 
 // ---- upsample(x [..., H, W]) -> [..., H * scale, W * scale], nearest neighbour ---------------
-// ints = [scale]; out[i] = in[i / scale] on the last two dims; any dtype (a pure copy).
+// UpsampleAttrs {scale}; out[i] = in[i / scale] on the last two dims; any dtype (a pure copy).
 // Rules: [a, b) -> [a * scale, b * scale); needed [a / scale, (b - 1) / scale + 1).
 namespace {
 
 void upsample_forward(const Graph&, const Node& node, int, const Box& dirty, Region& out) {
   if (dirty.empty()) return;
-  const int64_t scale = node.attrs.ints[0];
+  const int64_t scale = node.attrs_as<UpsampleAttrs>().scale;
   Box b = dirty;
   for (int d = node.rank() - 2; d < node.rank(); ++d)
     b[d] = Interval(dirty[d].begin * scale, dirty[d].end * scale);
@@ -397,7 +403,7 @@ void upsample_forward(const Graph&, const Node& node, int, const Box& dirty, Reg
 
 void upsample_needed(const Graph& g, const Node& node, const Box& out, std::span<Box> inputs) {
   if (out.empty()) return set_empty(g, node, inputs);
-  const int64_t scale = node.attrs.ints[0];
+  const int64_t scale = node.attrs_as<UpsampleAttrs>().scale;
   Box b = out;
   for (int d = node.rank() - 2; d < node.rank(); ++d)
     b[d] = Interval(out[d].begin / scale, (out[d].end - 1) / scale + 1);
@@ -406,15 +412,15 @@ void upsample_needed(const Graph& g, const Node& node, const Box& out, std::span
 
 }  // namespace
 
+std::string UpsampleAttrs::to_string() const { return absl::StrCat("upsample{scale=", scale, "}"); }
+
 const OpDef kUpsampleDef{
     .name = "upsample",
     .min_inputs = 1,
     .max_inputs = 1,
     .infer =
         [](const Graph& g, Node& node) {
-          if (node.attrs.ints.size() != 1 || !node.attrs.floats.empty())
-            fail("upsample", "expects ints [scale]");
-          const int64_t scale = node.attrs.ints[0];
+          const int64_t scale = node.attrs_as<UpsampleAttrs>().scale;
           if (scale < 1) fail("upsample", absl::StrCat("scale must be >= 1, got ", scale));
           const Node& x = input_node(g, node, 0);
           if (x.rank() < 2)
@@ -435,7 +441,130 @@ const OpDef kUpsampleDef{
 Tensor upsample_nearest(Tensor x, int64_t scale) {
   if (x.graph == nullptr) fail("upsample", "empty tensor");
   Tensor in[] = {x};
-  return x.graph->add_node(OpKind::Upsample, in, Attrs{.ints = {scale}});
+  return x.graph->add_node(in, UpsampleAttrs{scale});
+}
+
+// ---- rope_multi(x [..., T, H, D] float, positions [T, A] i32/i64) --------------------------
+// RopeMultiAttrs {axes_dims d_0..d_{A-1} (each even, > 0, sum R <= D), base}. Axis a owns the
+// columns [o_a, o_a + d_a), o_a = sum_{j<a} d_j; its pair i (columns o_a + 2i, o_a + 2i + 1)
+// turns by theta = pos[t, a] * base^(-2i / d_a) like interleaved rope (Flux / diffusers
+// apply_rotary_emb with real/unbind on the last dim); columns >= R pass through.
+// Rules: every o_a is even, so over [0, R) the pairs are the even-aligned column pairs: a column
+// depends on itself and its partner (rounding the rotated part out to even bounds is exact).
+// Position element (t, a) changes the columns of axis a in row t, for every head and leading
+// index; an output box reads the positions of its rows and of the axes its columns touch.
+namespace {
+
+// Axes [first, last) whose column blocks meet the columns `cols` (empty when none do).
+std::pair<int64_t, int64_t> rope_multi_axes(const Ints& dims, Interval cols) {
+  int64_t first = -1, last = -1, offset = 0;
+  for (int64_t a = 0; a < static_cast<int64_t>(dims.size()); ++a) {
+    if (cols.begin < offset + dims[a] && offset < cols.end) {
+      if (first < 0) first = a;
+      last = a + 1;
+    }
+    offset += dims[a];
+  }
+  return first < 0 ? std::pair<int64_t, int64_t>{0, 0} : std::pair{first, last};
+}
+
+int64_t rope_multi_offset(const Ints& dims, int64_t axis) {
+  int64_t offset = 0;
+  for (int64_t a = 0; a < axis; ++a) offset += dims[a];
+  return offset;
+}
+
+// Columns of `cols` widened by their pair partners inside the rotated part [0, rotated).
+Interval rope_multi_pairs(Interval cols, int64_t rotated) {
+  const Interval inside(cols.begin, std::min(cols.end, rotated));
+  if (inside.empty()) return cols;
+  return Interval(std::min(cols.begin, inside.begin & ~int64_t{1}),
+                  std::max(cols.end, (inside.end + 1) & ~int64_t{1}));
+}
+
+void rope_multi_forward(const Graph&, const Node& node, int input, const Box& dirty,
+                        Region& out) {
+  if (dirty.empty()) return;
+  const int rank = node.rank();
+  const Ints& dims = node.attrs_as<RopeMultiAttrs>().axes_dims;
+  if (input == 1) {
+    Box b = Box::full(node.shape);
+    b[rank - 3] = dirty[0];
+    b[rank - 1] = Interval(rope_multi_offset(dims, dirty[1].begin),
+                           rope_multi_offset(dims, dirty[1].end));
+    out.add(b);
+    return;
+  }
+  Box b = dirty;
+  b[rank - 1] = rope_multi_pairs(dirty[rank - 1], rope_multi_offset(dims, std::ssize(dims)));
+  out.add(b);
+}
+
+void rope_multi_needed(const Graph& g, const Node& node, const Box& out, std::span<Box> inputs) {
+  if (out.empty()) return set_empty(g, node, inputs);
+  const int rank = node.rank();
+  const Ints& dims = node.attrs_as<RopeMultiAttrs>().axes_dims;
+  Box x = out;
+  x[rank - 1] = rope_multi_pairs(out[rank - 1], rope_multi_offset(dims, std::ssize(dims)));
+  inputs[0] = x;
+  const auto [first, last] = rope_multi_axes(dims, out[rank - 1]);
+  // Pass-through columns do not read the positions.
+  inputs[1] = first < last ? Box{out[rank - 3], {first, last}} : Box::of_rank(2);
+}
+
+void rope_multi_infer(const Graph& g, Node& node) {
+  const RopeMultiAttrs& a = node.attrs_as<RopeMultiAttrs>();
+  const Node& x = input_node(g, node, 0);
+  const Node& positions = input_node(g, node, 1);
+  if (x.rank() < 3)
+    fail("rope_multi",
+         absl::StrCat("x must have rank >= 3 ([..., T, H, D]), got ", shape_string(x.shape)));
+  if (!is_float(x.dtype))
+    fail("rope_multi", absl::StrCat("x must be float, got ", dtype_name(x.dtype)));
+  if (!is_integer(positions.dtype))
+    fail("rope_multi",
+         absl::StrCat("positions must be i32 or i64, got ", dtype_name(positions.dtype)));
+  if (a.axes_dims.empty()) fail("rope_multi", "needs at least one axis");
+  const int64_t t = x.shape[static_cast<size_t>(x.rank() - 3)];
+  const auto axes = static_cast<int64_t>(a.axes_dims.size());
+  if (positions.shape != Shape{t, axes})
+    fail("rope_multi", absl::StrCat("positions must have shape [", t, ", ", axes, "], got ",
+                                    shape_string(positions.shape)));
+  int64_t rotated = 0;
+  for (int64_t d : a.axes_dims) {
+    if (d <= 0 || d % 2 != 0)
+      fail("rope_multi", absl::StrCat("axes_dims must be even and > 0, got ", ints_string(a.axes_dims)));
+    rotated += d;
+  }
+  if (rotated > x.shape.back())
+    fail("rope_multi", absl::StrCat("axes_dims ", ints_string(a.axes_dims), " sum to ", rotated,
+                                    ", more than D = ", x.shape.back()));
+  if (!(a.base > 0) || !std::isfinite(a.base))
+    fail("rope_multi", absl::StrCat("base must be positive, got ", a.base));
+  node.shape = x.shape;
+  node.dtype = x.dtype;
+}
+
+}  // namespace
+
+std::string RopeMultiAttrs::to_string() const {
+  return absl::StrCat("rope_multi{axes_dims=", ints_string(axes_dims), ",base=", base, "}");
+}
+
+const OpDef kRopeMultiDef{
+    .name = "rope_multi",
+    .min_inputs = 2,
+    .max_inputs = 2,
+    .infer = rope_multi_infer,
+    .forward = rope_multi_forward,
+    .needed = rope_multi_needed,
+};
+
+Tensor rope_multi(Tensor x, Tensor positions, std::vector<int64_t> axes_dims, double base) {
+  if (x.graph == nullptr) fail("rope_multi", "empty tensor");
+  Tensor in[] = {x, positions};
+  return x.graph->add_node(
+      in, RopeMultiAttrs{.axes_dims = Ints(axes_dims.begin(), axes_dims.end()), .base = base});
 }
 
 }  // namespace tessera

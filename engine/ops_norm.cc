@@ -11,9 +11,7 @@ namespace tessera {
 
 namespace {
 
-void check_eps(std::string_view op, const Node& node) {
-  if (node.attrs.floats.size() != 1) fail(op, "expects one float attribute: eps");
-  const double eps = node.attrs.floats[0];
+void check_eps(std::string_view op, double eps) {
   if (!(eps >= 0) || std::isinf(eps))
     fail(op, absl::StrCat("eps must be finite and >= 0, got ", eps));
 }
@@ -66,16 +64,13 @@ void row_norm_needed(const Graph&, const Node& node, const Box& out, std::span<B
   for (size_t k = 1; k < inputs.size(); ++k) inputs[k] = Box{out[last]};
 }
 
-// The presence flags of an optional-parameter norm starting at ints[first]; checks that they
-// are 0/1 and agree with the number of inputs.
-void check_presence(std::string_view op, const Node& node, size_t first) {
-  const auto& ints = node.attrs.ints;
-  if (ints.size() != first + 2) fail(op, "expects presence flags for weight and bias");
-  for (size_t k = first; k < first + 2; ++k)
-    if (ints[k] != 0 && ints[k] != 1) fail(op, "presence flags must be 0 or 1");
-  if (static_cast<int64_t>(node.inputs.size()) != 1 + ints[first] + ints[first + 1])
+// Checks that the presence flags of an optional-parameter norm agree with the number of inputs.
+void check_presence(std::string_view op, const Node& node, bool has_weight, bool has_bias) {
+  if (node.inputs.size() != size_t{1} + has_weight + has_bias)
     fail(op, "presence flags disagree with the number of inputs");
 }
+
+std::string eps_string(const char* op, double eps) { return absl::StrCat(op, "{eps=", eps, "}"); }
 
 // Inputs of a norm: x, then weight and bias when present.
 std::vector<Tensor> norm_inputs(std::string_view op, Tensor x, Tensor weight, Tensor bias) {
@@ -88,17 +83,18 @@ std::vector<Tensor> norm_inputs(std::string_view op, Tensor x, Tensor weight, Te
 
 }  // namespace
 
-// ---- rms_norm(x, weight?): floats = [eps] -------------------------------------------------
+// ---- rms_norm(x, weight?): RmsNormAttrs {eps} ---------------------------------------------
 // x * 1 / sqrt(mean(x^2 over the last axis) + eps) * weight; weight [D] optional (present when
 // there are two inputs), same float dtype as x.
+std::string RmsNormAttrs::to_string() const { return eps_string("rmsnorm", eps); }
+
 const OpDef kRmsNormDef{
     .name = "rmsnorm",
     .min_inputs = 1,
     .max_inputs = 2,
     .infer =
         [](const Graph& g, Node& node) {
-          if (!node.attrs.ints.empty()) fail("rmsnorm", "takes no integer attributes");
-          check_eps("rmsnorm", node);
+          check_eps("rmsnorm", node.attrs_as<RmsNormAttrs>().eps);
           const Node& x = input_node(g, node, 0);
           check_row_input("rmsnorm", x);
           if (node.inputs.size() == 2)
@@ -112,26 +108,29 @@ const OpDef kRmsNormDef{
 
 Tensor rms_norm(Tensor x, Tensor weight, double eps) {
   std::vector<Tensor> in = norm_inputs("rmsnorm", x, weight, Tensor{});
-  return x.graph->add_node(OpKind::RmsNorm, in, Attrs{.floats = {eps}});
+  return x.graph->add_node(in, RmsNormAttrs{eps});
 }
 
-// ---- layer_norm(x, weight?, bias?): ints = [has_weight, has_bias], floats = [eps] ----------
+// ---- layer_norm(x, weight?, bias?): LayerNormAttrs {eps, has_weight, has_bias} ------------
 // (x - mean) / sqrt(var + eps) * weight + bias over the last axis, biased variance (like
 // torch). weight and bias [D], same float dtype as x; inputs are x, then the present ones.
+std::string LayerNormAttrs::to_string() const { return eps_string("layernorm", eps); }
+
 const OpDef kLayerNormDef{
     .name = "layernorm",
     .min_inputs = 1,
     .max_inputs = 3,
     .infer =
         [](const Graph& g, Node& node) {
-          check_presence("layernorm", node, 0);
-          check_eps("layernorm", node);
+          const LayerNormAttrs& a = node.attrs_as<LayerNormAttrs>();
+          check_presence("layernorm", node, a.has_weight, a.has_bias);
+          check_eps("layernorm", a.eps);
           const Node& x = input_node(g, node, 0);
           check_row_input("layernorm", x);
-          const int has_weight = static_cast<int>(node.attrs.ints[0]);
+          const int has_weight = a.has_weight ? 1 : 0;
           if (has_weight)
             check_param("layernorm", "weight", input_node(g, node, 1), x, x.shape.back());
-          if (node.attrs.ints[1])
+          if (a.has_bias)
             check_param("layernorm", "bias", input_node(g, node, 1 + has_weight), x,
                         x.shape.back());
           node.shape = x.shape;
@@ -143,12 +142,13 @@ const OpDef kLayerNormDef{
 
 Tensor layer_norm(Tensor x, Tensor weight, Tensor bias, double eps) {
   std::vector<Tensor> in = norm_inputs("layernorm", x, weight, bias);
-  Attrs attrs{.ints = {weight.graph != nullptr, bias.graph != nullptr}, .floats = {eps}};
-  return x.graph->add_node(OpKind::LayerNorm, in, std::move(attrs));
+  return x.graph->add_node(in, LayerNormAttrs{.eps = eps,
+                                              .has_weight = weight.graph != nullptr,
+                                              .has_bias = bias.graph != nullptr});
 }
 
 // ---- group_norm(x [N, C, ...spatial], weight?, bias?) --------------------------------------
-// ints = [groups, has_weight, has_bias], floats = [eps]. Statistics (mean, biased variance) per
+// GroupNormAttrs {groups, eps, has_weight, has_bias}. Statistics (mean, biased variance) per
 // (sample, group of C / groups channels) over the group's channels and all spatial positions;
 // weight and bias [C], same float dtype as x; inputs are x, then the present ones.
 // Rules: x dirt -> its samples, the whole groups its channels touch, all spatial positions;
@@ -164,7 +164,7 @@ Interval whole_groups(Interval channels, int64_t size) {
 }
 
 int64_t group_size(const Node& node) {
-  return node.shape[1] / node.attrs.ints[0];
+  return node.shape[1] / node.attrs_as<GroupNormAttrs>().groups;
 }
 
 void group_norm_forward(const Graph&, const Node& node, int input, const Box& dirty, Region& out) {
@@ -193,28 +193,32 @@ void group_norm_needed(const Graph&, const Node& node, const Box& out, std::span
 
 }  // namespace
 
+std::string GroupNormAttrs::to_string() const {
+  return absl::StrCat("groupnorm{groups=", groups, ",eps=", eps, "}");
+}
+
 const OpDef kGroupNormDef{
     .name = "groupnorm",
     .min_inputs = 1,
     .max_inputs = 3,
     .infer =
         [](const Graph& g, Node& node) {
-          if (node.attrs.ints.empty()) fail("groupnorm", "expects the number of groups");
-          check_presence("groupnorm", node, 1);
-          check_eps("groupnorm", node);
+          const GroupNormAttrs& a = node.attrs_as<GroupNormAttrs>();
+          check_presence("groupnorm", node, a.has_weight, a.has_bias);
+          check_eps("groupnorm", a.eps);
           const Node& x = input_node(g, node, 0);
           if (!is_float(x.dtype))
             fail("groupnorm", absl::StrCat("requires a float input, got ", dtype_name(x.dtype)));
           if (x.rank() < 2) fail("groupnorm", "requires x of shape [N, C, ...spatial]");
-          const int64_t groups = node.attrs.ints[0];
+          const int64_t groups = a.groups;
           const int64_t channels = x.shape[1];
           if (groups < 1) fail("groupnorm", absl::StrCat("groups must be >= 1, got ", groups));
           if (channels % groups != 0)
             fail("groupnorm",
                  absl::StrCat(groups, " groups do not divide ", channels, " channels"));
-          const int has_weight = static_cast<int>(node.attrs.ints[1]);
+          const int has_weight = a.has_weight ? 1 : 0;
           if (has_weight) check_param("groupnorm", "weight", input_node(g, node, 1), x, channels);
-          if (node.attrs.ints[2])
+          if (a.has_bias)
             check_param("groupnorm", "bias", input_node(g, node, 1 + has_weight), x, channels);
           node.shape = x.shape;
           node.dtype = x.dtype;
@@ -225,8 +229,10 @@ const OpDef kGroupNormDef{
 
 Tensor group_norm(Tensor x, int64_t groups, Tensor weight, Tensor bias, double eps) {
   std::vector<Tensor> in = norm_inputs("groupnorm", x, weight, bias);
-  Attrs attrs{.ints = {groups, weight.graph != nullptr, bias.graph != nullptr}, .floats = {eps}};
-  return x.graph->add_node(OpKind::GroupNorm, in, std::move(attrs));
+  return x.graph->add_node(in, GroupNormAttrs{.groups = groups,
+                                              .eps = eps,
+                                              .has_weight = weight.graph != nullptr,
+                                              .has_bias = bias.graph != nullptr});
 }
 
 }  // namespace tessera

@@ -2,6 +2,7 @@
 // softmax / log_softmax.
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "engine/op_def.h"
@@ -33,7 +34,7 @@ void along_axis_forward(int axis, Interval along, const Box& dirty, Region& out)
 
 }  // namespace
 
-// ---- reduce: ints = [ReduceFn, keepdims (0/1), axes... (normalised, sorted, unique)] ----------
+// ---- reduce: ReduceAttrs {fn, axes (normalised, sorted, unique), keepdims} --------------------
 // Sum/mean/max/min/prod keep the input dtype (mean: float only); argmax/argmin reduce exactly one
 // axis and give i64. No bool inputs. max/min propagate NaN; argmax/argmin pick the first NaN
 // (NaN wins, like torch), otherwise the first extremum. An empty axes list in the attrs reduces
@@ -48,9 +49,10 @@ struct ReduceAxes {
 };
 
 ReduceAxes reduce_axes(const Node& node) {
+  const ReduceAttrs& a = node.attrs_as<ReduceAttrs>();
   ReduceAxes r;
-  r.keepdims = node.attrs.ints[1] != 0;
-  for (size_t k = 2; k < node.attrs.ints.size(); ++k) r.reduced[node.attrs.ints[k]] = true;
+  r.keepdims = a.keepdims;
+  for (int64_t axis : a.axes) r.reduced[axis] = true;
   return r;
 }
 
@@ -84,13 +86,20 @@ void reduce_needed(const Graph& g, const Node& node, const Box& out, std::span<B
 }
 
 std::string reduce_name(ReduceFn fn) {
-  Node probe;
-  probe.kind = OpKind::Reduce;
-  probe.attrs.ints = {static_cast<int64_t>(fn)};
-  return op_display_name(probe);
+  return "reduce." + std::string(fn_name(fn));
 }
 
 }  // namespace
+
+std::string_view fn_name(ReduceFn fn) {
+  static constexpr std::string_view kNames[] = {"sum", "mean", "max", "min", "prod", "argmax", "argmin"};
+  const auto i = static_cast<size_t>(fn);
+  return i < std::size(kNames) ? kNames[i] : "?";
+}
+
+std::string ReduceAttrs::to_string() const {
+  return absl::StrCat(reduce_name(fn), "{axes=", ints_string(axes), ",keepdims=", keepdims ? 1 : 0, "}");
+}
 
 const OpDef kReduceDef{
     .name = "reduce",
@@ -98,22 +107,20 @@ const OpDef kReduceDef{
     .max_inputs = 1,
     .infer =
         [](const Graph& g, Node& node) {
-          const auto& ints = node.attrs.ints;
-          if (ints.size() < 2 || ints[0] < 0 || ints[0] >= static_cast<int64_t>(ReduceFn::Count))
-            fail("reduce", "unknown function");
-          const std::string name = op_display_name(node);
-          if (ints[1] != 0 && ints[1] != 1) fail(name, "keepdims must be 0 or 1");
-          const auto fn = static_cast<ReduceFn>(ints[0]);
+          const ReduceAttrs& a = node.attrs_as<ReduceAttrs>();
+          const ReduceFn fn = a.fn;
+          if (fn < ReduceFn::Sum || fn >= ReduceFn::Count) fail("reduce", "unknown function");
+          const std::string name = reduce_name(fn);
           const bool is_arg = fn == ReduceFn::Argmax || fn == ReduceFn::Argmin;
           const Node& x = input_node(g, node, 0);
           if (x.dtype == DType::Bool) fail(name, "does not accept bool");
           if (fn == ReduceFn::Mean && !is_float(x.dtype))
             fail(name, absl::StrCat("requires a float input, got ", dtype_name(x.dtype)));
-          for (size_t k = 2; k < ints.size(); ++k) {
-            checked_axis(name, ints[k], x.rank());
-            if (k > 2 && ints[k] <= ints[k - 1]) fail(name, "axes must be sorted and unique");
+          for (size_t k = 0; k < a.axes.size(); ++k) {
+            checked_axis(name, a.axes[k], x.rank());
+            if (k > 0 && a.axes[k] <= a.axes[k - 1]) fail(name, "axes must be sorted and unique");
           }
-          if (is_arg && ints.size() != 3) fail(name, "takes exactly one axis");
+          if (is_arg && a.axes.size() != 1) fail(name, "takes exactly one axis");
           // An extremum of nothing is undefined (torch rejects it too); sum/prod/mean of nothing
           // are 0, 1 and NaN.
           const bool needs_elements = is_arg || fn == ReduceFn::Max || fn == ReduceFn::Min;
@@ -137,7 +144,7 @@ const OpDef kReduceDef{
 
 Tensor reduce(ReduceFn fn, Tensor x, std::vector<int64_t> axes, bool keepdims) {
   check_tensor("reduce", x);
-  Attrs attrs{.ints = {static_cast<int64_t>(fn), keepdims ? 1 : 0}};
+  ReduceAttrs attrs{.fn = fn, .keepdims = keepdims};
   // An unknown function is reported by infer; only valid ones get their axes normalised here.
   if (fn >= ReduceFn::Sum && fn < ReduceFn::Count) {
     const std::string name = reduce_name(fn);
@@ -148,9 +155,9 @@ Tensor reduce(ReduceFn fn, Tensor x, std::vector<int64_t> axes, bool keepdims) {
     std::sort(axes.begin(), axes.end());
     if (std::adjacent_find(axes.begin(), axes.end()) != axes.end()) fail(name, "duplicate axis");
   }
-  attrs.ints.insert(attrs.ints.end(), axes.begin(), axes.end());
+  attrs.axes.assign(axes.begin(), axes.end());
   Tensor in[] = {x};
-  return x.graph->add_node(OpKind::Reduce, in, std::move(attrs));
+  return x.graph->add_node(in, std::move(attrs));
 }
 Tensor sum(Tensor x, std::vector<int64_t> axes, bool keepdims) {
   return reduce(ReduceFn::Sum, x, std::move(axes), keepdims);
@@ -174,31 +181,32 @@ Tensor argmin(Tensor x, int64_t axis, bool keepdims) {
   return reduce(ReduceFn::Argmin, x, {axis}, keepdims);
 }
 
-// ---- cumsum: ints = [axis (normalised)] ---------------------------------------------------
+// ---- cumsum: CumsumAttrs {axis (normalised)} ------------------------------------------------
 // Inclusive prefix sum along one axis; keeps the dtype (no bool). Element k sums elements
 // 0..k in order, whatever box computes it.
 // Rules: dirty [b, e) along the axis -> [b, n); output [b, e) along the axis needs [0, e).
+std::string CumsumAttrs::to_string() const { return absl::StrCat("cumsum{axis=", axis, "}"); }
+
 const OpDef kCumsumDef{
     .name = "cumsum",
     .min_inputs = 1,
     .max_inputs = 1,
     .infer =
         [](const Graph& g, Node& node) {
-          if (node.attrs.ints.size() != 1) fail("cumsum", "expects one attribute: the axis");
           const Node& x = input_node(g, node, 0);
           if (x.dtype == DType::Bool) fail("cumsum", "does not accept bool");
-          checked_axis("cumsum", node.attrs.ints[0], x.rank());
+          checked_axis("cumsum", node.attrs_as<CumsumAttrs>().axis, x.rank());
           node.shape = x.shape;
           node.dtype = x.dtype;
         },
     .forward =
         [](const Graph&, const Node& node, int, const Box& dirty, Region& out) {
-          const int axis = static_cast<int>(node.attrs.ints[0]);
+          const int axis = static_cast<int>(node.attrs_as<CumsumAttrs>().axis);
           along_axis_forward(axis, Interval(dirty.begin(axis), node.shape[axis]), dirty, out);
         },
     .needed =
         [](const Graph&, const Node& node, const Box& out, std::span<Box> inputs) {
-          const int axis = static_cast<int>(node.attrs.ints[0]);
+          const int axis = static_cast<int>(node.attrs_as<CumsumAttrs>().axis);
           inputs[0] = out;
           if (!out.empty()) inputs[0][axis] = Interval(0, out.end(axis));
         },
@@ -207,38 +215,38 @@ const OpDef kCumsumDef{
 Tensor cumsum(Tensor x, int64_t axis) {
   check_tensor("cumsum", x);
   Tensor in[] = {x};
-  return x.graph->add_node(OpKind::Cumsum, in,
-                           Attrs{.ints = {normalize_axis("cumsum", axis, x.rank())}});
+  return x.graph->add_node(in, CumsumAttrs{normalize_axis("cumsum", axis, x.rank())});
 }
 
-// ---- softmax: ints = [axis (normalised), log (0/1)] ---------------------------------------
+// ---- softmax: SoftmaxAttrs {axis (normalised), log} -----------------------------------------
 // exp(x - max) / sum(exp(x - max)) along the axis, or its log (x - max - log(sum)) when log is
-// 1. Float only. Row statistics always cover the whole row, in order.
+// set. Float only. Row statistics always cover the whole row, in order.
 // Rules: any dirt in a row -> the whole row (along the axis); output box needs full rows.
+std::string SoftmaxAttrs::to_string() const {
+  return absl::StrCat(log ? "log_softmax" : "softmax", "{axis=", axis, "}");
+}
+
 const OpDef kSoftmaxDef{
     .name = "softmax",
     .min_inputs = 1,
     .max_inputs = 1,
     .infer =
         [](const Graph& g, Node& node) {
-          const auto& ints = node.attrs.ints;
-          if (ints.size() != 2) fail("softmax", "expects two attributes: axis and log");
-          if (ints[1] != 0 && ints[1] != 1) fail("softmax", "log flag must be 0 or 1");
           const Node& x = input_node(g, node, 0);
           if (!is_float(x.dtype))
             fail("softmax", absl::StrCat("requires a float input, got ", dtype_name(x.dtype)));
-          checked_axis("softmax", ints[0], x.rank());
+          checked_axis("softmax", node.attrs_as<SoftmaxAttrs>().axis, x.rank());
           node.shape = x.shape;
           node.dtype = x.dtype;
         },
     .forward =
         [](const Graph&, const Node& node, int, const Box& dirty, Region& out) {
-          const int axis = static_cast<int>(node.attrs.ints[0]);
+          const int axis = static_cast<int>(node.attrs_as<SoftmaxAttrs>().axis);
           along_axis_forward(axis, Interval(0, node.shape[axis]), dirty, out);
         },
     .needed =
         [](const Graph&, const Node& node, const Box& out, std::span<Box> inputs) {
-          const int axis = static_cast<int>(node.attrs.ints[0]);
+          const int axis = static_cast<int>(node.attrs_as<SoftmaxAttrs>().axis);
           inputs[0] = out;
           if (!out.empty()) inputs[0][axis] = Interval(0, node.shape[axis]);
         },
@@ -247,8 +255,7 @@ const OpDef kSoftmaxDef{
 static Tensor softmax_node(Tensor x, int64_t axis, bool log) {
   check_tensor("softmax", x);
   Tensor in[] = {x};
-  return x.graph->add_node(OpKind::Softmax, in,
-                           Attrs{.ints = {normalize_axis("softmax", axis, x.rank()), log ? 1 : 0}});
+  return x.graph->add_node(in, SoftmaxAttrs{normalize_axis("softmax", axis, x.rank()), log});
 }
 Tensor softmax(Tensor x, int64_t axis) {
   return softmax_node(x, axis, false);

@@ -205,9 +205,11 @@ void reshape_map(const Shape& from, const Shape& to, const Box& box, Boxes& out)
 
 }  // namespace
 
-// ---- reshape: ints = target shape (no -1: the builder resolves it) -------------------------
+// ---- reshape: ReshapeAttrs {shape} (the target, no -1: the builder resolves it) ------------
 // Same volume, same dtype. forward: the dirty box's linear runs as output boxes (exact unless
 // fragmented, see reshape_map); needed: the hull of the mapped pieces, one input box.
+std::string ReshapeAttrs::to_string() const { return "reshape" + shape_string(shape); }
+
 const OpDef kReshapeDef{
     .name = "reshape",
     .min_inputs = 1,
@@ -215,9 +217,9 @@ const OpDef kReshapeDef{
     .infer =
         [](const Graph& g, Node& node) {
           const Node& x = input_node(g, node, 0);
-          if (node.attrs.ints.size() > kMaxRank)
-            fail("reshape", absl::StrCat("rank ", node.attrs.ints.size(), " exceeds ", kMaxRank));
-          Shape shape(node.attrs.ints.begin(), node.attrs.ints.end());
+          const Shape& shape = node.attrs_as<ReshapeAttrs>().shape;
+          if (shape.size() > kMaxRank)
+            fail("reshape", absl::StrCat("rank ", shape.size(), " exceeds ", kMaxRank));
           for (int64_t d : shape)
             if (d < 0) fail("reshape", absl::StrCat("negative dimension in ", shape_string(shape)));
           if (shape_volume(shape) != x.volume())
@@ -267,7 +269,7 @@ Tensor reshape(Tensor x, const Shape& shape) {
     resolved[infer_at] = volume / known;
   }
   Tensor in[] = {x};
-  return x.graph->add_node(OpKind::Reshape, in, Attrs{.ints = {resolved.begin(), resolved.end()}});
+  return x.graph->add_node(in, ReshapeAttrs{resolved});
 }
 
 }  // namespace tessera

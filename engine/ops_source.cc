@@ -7,6 +7,9 @@ namespace tessera {
 static void no_forward(const Graph&, const Node&, int, const Box&, Region&) {}
 static void no_needed(const Graph&, const Node&, const Box&, std::span<Box>) {}
 
+std::string InputAttrs::to_string() const { return "input." + name; }
+std::string ConstantAttrs::to_string() const { return "constant"; }
+
 const OpDef kInputDef{
     .name = "input",
     .min_inputs = 0,

@@ -279,10 +279,11 @@ absl::Status attention_f32(const KernelArgs& args) {
   job.dim = q_shape[col];
   job.keys = k_shape[row];
   job.group = q_shape[head] / k_shape[head];
-  job.causal = args.node.attrs.ints[0] != 0;
-  job.window = args.node.attrs.ints[1];
-  job.scale = static_cast<float>(args.node.attrs.floats[0]);
-  job.softcap = static_cast<float>(args.node.attrs.floats[1]);
+  const AttentionAttrs& a = args.node.attrs_as<AttentionAttrs>();
+  job.causal = a.causal;
+  job.window = a.window;
+  job.scale = static_cast<float>(a.scale);
+  job.softcap = static_cast<float>(a.softcap);
   job.row_fn = kRow;
   const BoxRows rows(args.box);
   job.rows = &rows;

@@ -305,7 +305,7 @@ void for_rows_parallel(const Box& box, RowFn&& row_fn) {
 
 template <UnaryMap kMap>
 absl::Status unary_f32(const KernelArgs& args) {
-  const auto fn = static_cast<UnaryFn>(args.node.attrs.ints[0]);
+  const UnaryFn fn = args.node.attrs_as<UnaryAttrs>().fn;
   if (args.node.rank() == 0) {
     kMap(fn, args.inputs[0].at<const float>(nullptr), args.out.at<float>(nullptr), 1);
     return absl::OkStatus();
@@ -330,7 +330,7 @@ absl::Status unary_f32(const KernelArgs& args) {
 
 template <BinaryMap kMap>
 absl::Status binary_f32(const KernelArgs& args) {
-  const auto fn = static_cast<BinaryFn>(args.node.attrs.ints[0]);
+  const BinaryFn fn = args.node.attrs_as<BinaryAttrs>().fn;
   if (args.node.rank() == 0) {
     kMap(fn, args.inputs[0].at<const float>(nullptr), args.inputs[1].at<const float>(nullptr),
          args.out.at<float>(nullptr), 1);
@@ -357,7 +357,7 @@ absl::Status binary_f32(const KernelArgs& args) {
 }  // namespace
 
 KernelFn unary_kernel(const Graph&, const Node& node, Isa isa) {
-  if (node.dtype != DType::F32 || !unary_covered(static_cast<UnaryFn>(node.attrs.ints[0])))
+  if (node.dtype != DType::F32 || !unary_covered(node.attrs_as<UnaryAttrs>().fn))
     return nullptr;
 #if TESSERA_HAVE_AVX2_PATHS
   if (isa != Isa::Portable) return unary_f32<unary_map_avx2>;
@@ -368,7 +368,7 @@ KernelFn unary_kernel(const Graph&, const Node& node, Isa isa) {
 
 KernelFn binary_kernel(const Graph& graph, const Node& node, Isa isa) {
   if (node.dtype != DType::F32 || graph.node(node.inputs[0]).dtype != DType::F32 ||
-      !binary_covered(static_cast<BinaryFn>(node.attrs.ints[0])))
+      !binary_covered(node.attrs_as<BinaryAttrs>().fn))
     return nullptr;
 #if TESSERA_HAVE_AVX2_PATHS
   if (isa != Isa::Portable) return binary_f32<binary_map_avx2>;

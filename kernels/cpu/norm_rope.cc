@@ -77,7 +77,7 @@ template <SquaresFn kSquares>
 absl::Status rms_norm_f32(const KernelArgs& args) {
   const int last = args.node.rank() - 1;
   const int64_t width = args.node.shape[static_cast<size_t>(last)];
-  const double eps = args.node.attrs.floats[0];
+  const double eps = args.node.attrs_as<RmsNormAttrs>().eps;
   const TensorView& x = args.inputs[0];
   const bool has_weight = args.inputs.size() > 1;
   const int64_t j0 = args.box.begin(last), columns = args.box.extent(last);
@@ -148,9 +148,10 @@ struct RopeTable {
 
 absl::Status rope_f32(const KernelArgs& args) {
   const int rank = args.node.rank(), last = rank - 1;
-  const int64_t n_rot = args.node.attrs.ints[0], half = n_rot / 2;
-  const bool split = static_cast<RopeMode>(args.node.attrs.ints[1]) == RopeMode::HalfSplit;
-  const double base = args.node.attrs.floats[0], freq_scale = args.node.attrs.floats[1];
+  const RopeAttrs& a = args.node.attrs_as<RopeAttrs>();
+  const int64_t n_rot = a.n_rot, half = n_rot / 2;
+  const bool split = a.mode == RopeMode::HalfSplit;
+  const double base = a.base, freq_scale = a.freq_scale;
   const TensorView& x = args.inputs[0];
   const int64_t j0 = args.box.begin(last), columns = args.box.extent(last);
   const bool rotates = j0 < n_rot;  // pass-through columns never read the positions

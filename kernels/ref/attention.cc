@@ -33,9 +33,10 @@ absl::Status attention(const KernelArgs& args) {
   const Shape& q_shape = args.graph.node(args.node.inputs[0]).shape;
   const Shape& k_shape = args.graph.node(args.node.inputs[1]).shape;
   const int64_t dim = q_shape[col], keys = k_shape[row], group = q_shape[head] / k_shape[head];
-  const bool causal = args.node.attrs.ints[0] != 0;
-  const int64_t window = args.node.attrs.ints[1];
-  const double scale = args.node.attrs.floats[0], softcap = args.node.attrs.floats[1];
+  const AttentionAttrs& a = args.node.attrs_as<AttentionAttrs>();
+  const bool causal = a.causal;
+  const int64_t window = a.window;
+  const double scale = a.scale, softcap = a.softcap;
   const size_t index_bytes = sizeof(int64_t) * static_cast<size_t>(rank);
 
   Box rows = args.box;  // one entry per (leading, t, head); columns are handled per row

@@ -69,7 +69,12 @@ double apply_binary(BinaryFn fn, double a, double b, bool integer) {
 
 }  // namespace
 
-absl::Status copy_constant(const KernelArgs& args) {
+// Inputs are written by the caller, never computed.
+absl::Status input(const KernelArgs&) {
+  return absl::FailedPreconditionError("inputs are written, never computed");
+}
+
+absl::Status constant(const KernelArgs& args) {
   const ConstantData& data = args.graph.constant_data(args.node.constant);
   TensorView src = dense_view(const_cast<void*>(data.data), args.node.dtype, Box::full(args.node.shape));
   for_each_index(args.box, [&](const int64_t* i) { store(args.out, i, load(src, i)); });
@@ -77,14 +82,14 @@ absl::Status copy_constant(const KernelArgs& args) {
 }
 
 absl::Status unary(const KernelArgs& args) {
-  auto fn = static_cast<UnaryFn>(args.node.attrs.ints[0]);
+  const UnaryFn fn = args.node.attrs_as<UnaryAttrs>().fn;
   const TensorView& x = args.inputs[0];
   for_each_index(args.box, [&](const int64_t* i) { store(args.out, i, apply_unary(fn, load(x, i))); });
   return absl::OkStatus();
 }
 
 absl::Status binary(const KernelArgs& args) {
-  auto fn = static_cast<BinaryFn>(args.node.attrs.ints[0]);
+  const BinaryFn fn = args.node.attrs_as<BinaryAttrs>().fn;
   const Shape& sa = args.graph.node(args.node.inputs[0]).shape;
   const Shape& sb = args.graph.node(args.node.inputs[1]).shape;
   const bool integer = is_integer(args.inputs[0].dtype);

@@ -118,8 +118,8 @@ absl::Status gather(const KernelArgs& args) {
 }
 
 absl::Status triangle(const KernelArgs& args) {
-  const bool upper = args.node.attrs.ints[0] != 0;
-  const int64_t k = args.node.attrs.ints[1];
+  const bool upper = args.node.attrs_as<TriangleAttrs>().upper;
+  const int64_t k = args.node.attrs_as<TriangleAttrs>().k;
   const int rank = args.node.rank();
   const size_t size = static_cast<size_t>(dtype_size(args.out.dtype));
   for_each_index(args.box, [&](const int64_t* i) {
@@ -137,7 +137,8 @@ absl::Status triangle(const KernelArgs& args) {
 }
 
 absl::Status arange(const KernelArgs& args) {
-  const double start = args.node.attrs.floats[0], step = args.node.attrs.floats[1];
+  const ArangeAttrs& a = args.node.attrs_as<ArangeAttrs>();
+  const double start = a.start, step = a.step;
   for_each_index(args.box, [&](const int64_t* i) {
     store(args.out, i, start + static_cast<double>(i[0]) * step);
   });
@@ -147,8 +148,8 @@ absl::Status arange(const KernelArgs& args) {
 // Element i (row-major over the full shape) hashes the 8 bytes of i with the seed. Normal values
 // use Box-Muller on the independent counters 2i and 2i+1; 1 - u lies in (0, 1], so log is finite.
 absl::Status rand(const KernelArgs& args) {
-  const auto dist = static_cast<RandDist>(args.node.attrs.ints[0]);
-  const auto seed = static_cast<uint64_t>(args.node.attrs.ints[1]);
+  const RandDist dist = args.node.attrs_as<RandAttrs>().dist;
+  const uint64_t seed = args.node.attrs_as<RandAttrs>().seed;
   const Shape& shape = args.node.shape;
   const int rank = args.node.rank();
   for_each_index(args.box, [&](const int64_t* i) {

@@ -44,7 +44,7 @@ absl::Status reshape(const KernelArgs& args) {
 }
 
 absl::Status permute(const KernelArgs& args) {
-  const auto& perm = args.node.attrs.ints;
+  const Ints& perm = args.node.attrs_as<PermuteAttrs>().perm;
   int64_t in_index[kMaxRank];
   for_each_index(args.box, [&](const int64_t* i) {
     for (size_t d = 0; d < perm.size(); ++d) in_index[perm[d]] = i[d];
@@ -54,11 +54,11 @@ absl::Status permute(const KernelArgs& args) {
 }
 
 absl::Status slice(const KernelArgs& args) {
-  const auto& v = args.node.attrs.ints;  // [start, stop, step] per axis
+  const SliceAttrs& a = args.node.attrs_as<SliceAttrs>();
   const int rank = args.node.rank();
   int64_t in_index[kMaxRank];
   for_each_index(args.box, [&](const int64_t* i) {
-    for (int d = 0; d < rank; ++d) in_index[d] = v[3 * d] + i[d] * v[3 * d + 2];
+    for (int d = 0; d < rank; ++d) in_index[d] = a.start[d] + i[d] * a.step[d];
     copy_element(args.out, i, args.inputs[0], in_index);
   });
   return absl::OkStatus();
@@ -66,14 +66,14 @@ absl::Status slice(const KernelArgs& args) {
 
 absl::Status pad(const KernelArgs& args) {
   const Shape& in_shape = input_shape(args, 0);
-  const auto& amounts = args.node.attrs.ints;  // before[rank] then after[rank]
-  const double value = args.node.attrs.floats[0];
+  const Ints& before = args.node.attrs_as<PadAttrs>().before;
+  const double value = args.node.attrs_as<PadAttrs>().value;
   const int rank = args.node.rank();
   int64_t in_index[kMaxRank];
   for_each_index(args.box, [&](const int64_t* i) {
     bool inside = true;
     for (int d = 0; d < rank; ++d) {
-      in_index[d] = i[d] - amounts[d];
+      in_index[d] = i[d] - before[d];
       inside = inside && in_index[d] >= 0 && in_index[d] < in_shape[d];
     }
     if (inside)
@@ -85,7 +85,7 @@ absl::Status pad(const KernelArgs& args) {
 }
 
 absl::Status concat(const KernelArgs& args) {
-  const int axis = static_cast<int>(args.node.attrs.ints[0]);
+  const int axis = static_cast<int>(args.node.attrs_as<ConcatAttrs>().axis);
   const int rank = args.node.rank();
   int64_t in_index[kMaxRank];
   for_each_index(args.box, [&](const int64_t* i) {
@@ -122,7 +122,7 @@ absl::Status flip(const KernelArgs& args) {
   int64_t in_index[kMaxRank];
   for_each_index(args.box, [&](const int64_t* i) {
     for (int d = 0; d < rank; ++d) in_index[d] = i[d];
-    for (int64_t a : args.node.attrs.ints) in_index[a] = shape[a] - 1 - i[a];
+    for (int64_t a : args.node.attrs_as<FlipAttrs>().axes) in_index[a] = shape[a] - 1 - i[a];
     copy_element(args.out, i, args.inputs[0], in_index);
   });
   return absl::OkStatus();

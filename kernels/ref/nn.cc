@@ -1,5 +1,5 @@
-// Reference kernels: rope, conv2d, pool2d, upsample (nearest). Semantics and attribute encoding
-// are documented at the definition blocks in engine/ops_nn.cc. Every kernel reads only inside
+// Reference kernels: rope, conv2d, pool2d, upsample (nearest), rope_multi. Semantics and
+// attributes are documented at the definition blocks in engine/ops_nn.cc. Every kernel reads only inside
 // the boxes its op's needed rule names (input views may hold just those boxes).
 #include <cmath>
 #include <cstring>
@@ -14,9 +14,10 @@ absl::Status rope(const KernelArgs& args) {
   const TensorView& x = args.inputs[0];
   const TensorView& positions = args.inputs[1];
   const int rank = args.node.rank();
-  const int64_t n_rot = args.node.attrs.ints[0];
-  const auto mode = static_cast<RopeMode>(args.node.attrs.ints[1]);
-  const double base = args.node.attrs.floats[0], freq_scale = args.node.attrs.floats[1];
+  const RopeAttrs& a = args.node.attrs_as<RopeAttrs>();
+  const int64_t n_rot = a.n_rot;
+  const RopeMode mode = a.mode;
+  const double base = a.base, freq_scale = a.freq_scale;
   const int64_t half = n_rot / 2;
   int64_t partner[kMaxRank];
   for_each_index(args.box, [&](const int64_t* i) {
@@ -45,11 +46,11 @@ absl::Status rope(const KernelArgs& args) {
 absl::Status conv2d(const KernelArgs& args) {
   const TensorView& x = args.inputs[0];
   const TensorView& weight = args.inputs[1];
-  const auto& a = args.node.attrs.ints;
-  const int64_t stride_h = a[0], stride_w = a[1], pad_h = a[2], pad_w = a[3], dil_h = a[4],
-                dil_w = a[5];
-  const int64_t groups = a[6];
-  const bool has_bias = a[7] != 0;
+  const Conv2dAttrs& a = args.node.attrs_as<Conv2dAttrs>();
+  const int64_t stride_h = a.stride_h, stride_w = a.stride_w, pad_h = a.pad_h, pad_w = a.pad_w,
+                dil_h = a.dilation_h, dil_w = a.dilation_w;
+  const int64_t groups = a.groups;
+  const bool has_bias = args.node.inputs.size() == 3;
   const Shape& xs = args.graph.node(args.node.inputs[0]).shape;
   const Shape& ws = args.graph.node(args.node.inputs[1]).shape;
   const int64_t height = xs[2], width = xs[3];
@@ -83,9 +84,9 @@ absl::Status conv2d(const KernelArgs& args) {
 
 absl::Status pool2d(const KernelArgs& args) {
   const TensorView& x = args.inputs[0];
-  const auto kind = static_cast<PoolKind>(args.node.attrs.ints[0]);
-  const int64_t kernel = args.node.attrs.ints[1], stride = args.node.attrs.ints[2];
-  const int64_t padding = args.node.attrs.ints[3];
+  const Pool2dAttrs& a = args.node.attrs_as<Pool2dAttrs>();
+  const PoolKind kind = a.kind;
+  const int64_t kernel = a.kernel, stride = a.stride, padding = a.padding;
   const Shape& xs = args.graph.node(args.node.inputs[0]).shape;
   const double divisor = static_cast<double>(kernel * kernel);
   for_each_index(args.box, [&](const int64_t* i) {
@@ -110,7 +111,7 @@ absl::Status pool2d(const KernelArgs& args) {
 absl::Status upsample(const KernelArgs& args) {
   const TensorView& x = args.inputs[0];
   const int rank = args.node.rank();
-  const int64_t scale = args.node.attrs.ints[0];
+  const int64_t scale = args.node.attrs_as<UpsampleAttrs>().scale;
   const size_t size = static_cast<size_t>(dtype_size(x.dtype));
   int64_t src[kMaxRank];
   // A byte copy: exact for every dtype, including i64 beyond 2^53.
@@ -121,6 +122,37 @@ absl::Status upsample(const KernelArgs& args) {
     std::memcpy(
         static_cast<std::byte*>(args.out.data) + args.out.offset(i) * static_cast<int64_t>(size),
         static_cast<const std::byte*>(x.data) + x.offset(src) * static_cast<int64_t>(size), size);
+  });
+  return absl::OkStatus();
+}
+
+absl::Status rope_multi(const KernelArgs& args) {
+  const TensorView& x = args.inputs[0];
+  const TensorView& positions = args.inputs[1];
+  const int rank = args.node.rank();
+  const RopeMultiAttrs& a = args.node.attrs_as<RopeMultiAttrs>();
+  int64_t rotated = 0;
+  for (int64_t d : a.axes_dims) rotated += d;
+  int64_t partner[kMaxRank];
+  for_each_index(args.box, [&](const int64_t* i) {
+    const int64_t col = i[rank - 1];
+    if (col >= rotated) {
+      store(args.out, i, load(x, i));
+      return;
+    }
+    // The axis owning this column, and the pair index within the axis' block.
+    int64_t axis = 0, offset = 0;
+    while (col >= offset + a.axes_dims[axis]) offset += a.axes_dims[axis++];
+    const int64_t dim = a.axes_dims[axis], pair = (col - offset) / 2;
+    const bool first = (col - offset) % 2 == 0;
+    std::memcpy(partner, i, sizeof(int64_t) * static_cast<size_t>(rank));
+    partner[rank - 1] = first ? col + 1 : col - 1;
+    const int64_t at[2] = {i[rank - 3], axis};
+    const double theta = load(positions, at) *
+                         std::pow(a.base, -2.0 * static_cast<double>(pair) / static_cast<double>(dim));
+    const double c = std::cos(theta), s = std::sin(theta);
+    const double self = load(x, i), other = load(x, partner);
+    store(args.out, i, first ? self * c - other * s : other * s + self * c);
   });
   return absl::OkStatus();
 }

@@ -72,7 +72,7 @@ Moments moments(const TensorView& x, const Box& box) {
 absl::Status rms_norm(const KernelArgs& args) {
   const int last = args.node.rank() - 1;
   const int64_t n = args.node.shape[last];
-  const double eps = args.node.attrs.floats[0];
+  const double eps = args.node.attrs_as<RmsNormAttrs>().eps;
   const Interval cols = args.box[last];
   const TensorView& x = args.inputs[0];
   const Affine affine = affine_of(args, args.inputs.size() > 1, false);
@@ -94,11 +94,11 @@ absl::Status rms_norm(const KernelArgs& args) {
 
 absl::Status layer_norm(const KernelArgs& args) {
   const int last = args.node.rank() - 1;
-  const double eps = args.node.attrs.floats[0];
+  const LayerNormAttrs& a = args.node.attrs_as<LayerNormAttrs>();
+  const double eps = a.eps;
   const Interval cols = args.box[last];
   const TensorView& x = args.inputs[0];
-  const auto& ints = args.node.attrs.ints;
-  const Affine affine = affine_of(args, ints[0] != 0, ints[1] != 0);
+  const Affine affine = affine_of(args, a.has_weight, a.has_bias);
   for_each_row(args.box, [&](int64_t* i) {
     Box row = Box::of_rank(args.node.rank());
     for (int d = 0; d < last; ++d) row[d] = Interval(i[d], i[d] + 1);
@@ -116,11 +116,11 @@ absl::Status layer_norm(const KernelArgs& args) {
 absl::Status group_norm(const KernelArgs& args) {
   const Box& box = args.box;
   if (box.empty()) return absl::OkStatus();
-  const auto& ints = args.node.attrs.ints;
-  const int64_t group_size = args.node.shape[1] / ints[0];
-  const double eps = args.node.attrs.floats[0];
+  const GroupNormAttrs& a = args.node.attrs_as<GroupNormAttrs>();
+  const int64_t group_size = args.node.shape[1] / a.groups;
+  const double eps = a.eps;
   const TensorView& x = args.inputs[0];
-  const Affine affine = affine_of(args, ints[1] != 0, ints[2] != 0);
+  const Affine affine = affine_of(args, a.has_weight, a.has_bias);
   // Box non-empty: channels exist, so group_size >= 1.
   for (int64_t n = box.begin(0); n < box.end(0); ++n) {
     for (int64_t g = box.begin(1) / group_size; g * group_size < box.end(1); ++g) {

@@ -81,12 +81,12 @@ Box row_starts(const Box& box, int axis) {
 }  // namespace
 
 absl::Status reduce(const KernelArgs& args) {
-  const auto& ints = args.node.attrs.ints;
+  const ReduceAttrs& a = args.node.attrs_as<ReduceAttrs>();
   const Shape& in_shape = args.graph.node(args.node.inputs[0]).shape;
   const int in_rank = static_cast<int>(in_shape.size());
-  const bool keepdims = ints[1] != 0;
+  const bool keepdims = a.keepdims;
   bool reduced[kMaxRank] = {};
-  for (size_t k = 2; k < ints.size(); ++k) reduced[ints[k]] = true;
+  for (int64_t axis : a.axes) reduced[axis] = true;
   const TensorView& x = args.inputs[0];
   for_each_index(args.box, [&](const int64_t* o) {
     // The input elements feeding output o: o's coordinates on kept axes, everything on reduced.
@@ -101,8 +101,7 @@ absl::Status reduce(const KernelArgs& args) {
         ++od;
       }
     }
-    Accumulator acc{.fn = static_cast<ReduceFn>(ints[0]),
-                    .axis = ints.size() > 2 ? static_cast<int>(ints[2]) : 0};
+    Accumulator acc{.fn = a.fn, .axis = a.axes.empty() ? 0 : static_cast<int>(a.axes[0])};
     for_each_index(source, [&](const int64_t* i) { acc.add(load(x, i), i); });
     store(args.out, o, acc.result());
   });
@@ -111,7 +110,7 @@ absl::Status reduce(const KernelArgs& args) {
 
 absl::Status cumsum(const KernelArgs& args) {
   if (args.box.empty()) return absl::OkStatus();
-  const int axis = static_cast<int>(args.node.attrs.ints[0]);
+  const int axis = static_cast<int>(args.node.attrs_as<CumsumAttrs>().axis);
   const int rank = args.node.rank();
   const Interval along = args.box[axis];
   const TensorView& x = args.inputs[0];
@@ -131,8 +130,8 @@ absl::Status cumsum(const KernelArgs& args) {
 
 absl::Status softmax(const KernelArgs& args) {
   if (args.box.empty()) return absl::OkStatus();
-  const int axis = static_cast<int>(args.node.attrs.ints[0]);
-  const bool log = args.node.attrs.ints[1] != 0;
+  const int axis = static_cast<int>(args.node.attrs_as<SoftmaxAttrs>().axis);
+  const bool log = args.node.attrs_as<SoftmaxAttrs>().log;
   const int rank = args.node.rank();
   const int64_t n = args.node.shape[axis];
   const Interval along = args.box[axis];

@@ -237,7 +237,8 @@ TEST_CASE("ops: attention validation errors") {
                                  {.scale = 0.5, .causal = false}),
                        doctest::Contains("[attention] no keys to attend to"), Error);
   Tensor in[] = {q, k, v};
-  CHECK_THROWS_WITH_AS(
-      g.add_node(OpKind::Attention, in, Attrs{.ints = {2, 0}, .floats = {1.0, 0.0}}),
-      doctest::Contains("[attention] causal must be 0 or 1"), Error);
+  CHECK_THROWS_WITH_AS(g.add_node(in, AttentionAttrs{.window = -1}),
+                       doctest::Contains("[attention] window must be >= 0"), Error);
+  CHECK_THROWS_WITH_AS(g.add_node(OpKind::Attention, in, MatmulAttrs{}),
+                       doctest::Contains("[attention] given the attributes of matmul"), Error);
 }

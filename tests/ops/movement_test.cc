@@ -255,7 +255,7 @@ TEST_CASE("ops: slice with steps rules and kernels") {
                      [](Graph& g) {
                        Tensor x = g.input("x", {11, 8}, DType::F32);
                        Tensor in[] = {x};
-                       return g.add_node(OpKind::Slice, in, Attrs{.ints = {1, 11, 3, 2, 7, 2}});
+                       return g.add_node(in, SliceAttrs{.start = {1, 2}, .stop = {11, 7}, .step = {3, 2}});
                      }},
               4);
   check_rules(OpCase{"slice empty",
@@ -525,31 +525,31 @@ TEST_CASE("ops: movement validation errors") {
   CHECK_THROWS_WITH_AS(reshape(x, {4, -1}), doctest::Contains("[reshape] cannot infer -1"), Error);
   CHECK_THROWS_WITH_AS(reshape(x, {-2, -3}), doctest::Contains("[reshape] negative"), Error);
   CHECK_THROWS_WITH_AS(reshape(Tensor{}, {1}), doctest::Contains("[reshape] empty tensor"), Error);
-  CHECK_THROWS_WITH_AS(g.add_node(OpKind::Reshape, in, Attrs{.ints = {3, 3}}),
+  CHECK_THROWS_WITH_AS(g.add_node(in, ReshapeAttrs{{3, 3}}),
                        doctest::Contains("[reshape] volume mismatch"), Error);
   // permute / transpose
   CHECK_THROWS_WITH_AS(permute(x, {0, 0}), doctest::Contains("[permute] perm repeats axis"), Error);
   CHECK_THROWS_WITH_AS(permute(x, {0}), doctest::Contains("[permute] expects 2"), Error);
   CHECK_THROWS_WITH_AS(permute(x, {0, 2}), doctest::Contains("[permute] axis 2 out of range"),
                        Error);
-  CHECK_THROWS_WITH_AS(g.add_node(OpKind::Permute, in, Attrs{.ints = {0, 5}}),
+  CHECK_THROWS_WITH_AS(g.add_node(in, PermuteAttrs{{0, 5}}),
                        doctest::Contains("[permute] perm entry 5 out of range"), Error);
   CHECK_THROWS_WITH_AS(transpose(x, 0, 2), doctest::Contains("[transpose] axis 2 out of range"),
                        Error);
   // slice
   CHECK_THROWS_WITH_AS(slice(x, 0, 0, 2, 0), doctest::Contains("[slice] step must be >= 1"), Error);
   CHECK_THROWS_WITH_AS(slice(x, 2, 0, 1), doctest::Contains("[slice] axis 2 out of range"), Error);
-  CHECK_THROWS_WITH_AS(g.add_node(OpKind::Slice, in, Attrs{.ints = {1, 0, 1, 0, 3, 1}}),
+  CHECK_THROWS_WITH_AS(g.add_node(in, SliceAttrs{.start = {1, 0}, .stop = {0, 3}, .step = {1, 1}}),
                        doctest::Contains("[slice] axis 0"), Error);
-  CHECK_THROWS_WITH_AS(g.add_node(OpKind::Slice, in, Attrs{.ints = {0, 2, 1, 0, 4, 1}}),
+  CHECK_THROWS_WITH_AS(g.add_node(in, SliceAttrs{.start = {0, 0}, .stop = {2, 4}, .step = {1, 1}}),
                        doctest::Contains("[slice] axis 1"), Error);
-  CHECK_THROWS_WITH_AS(g.add_node(OpKind::Slice, in, Attrs{.ints = {0, 2, 1}}),
-                       doctest::Contains("[slice] expects 6"), Error);
+  CHECK_THROWS_WITH_AS(g.add_node(in, SliceAttrs{.start = {0}, .stop = {2}, .step = {1}}),
+                       doctest::Contains("[slice] expects 2"), Error);
   // pad
   CHECK_THROWS_WITH_AS(pad(x, {0, -1}, {0, 0}), doctest::Contains("[pad] negative pad"), Error);
   CHECK_THROWS_WITH_AS(pad(x, {0, 1, 2}, {0}), doctest::Contains("[pad] expects 2"), Error);
-  CHECK_THROWS_WITH_AS(g.add_node(OpKind::Pad, in, Attrs{.ints = {0, 0, 0, 0}}),
-                       doctest::Contains("[pad] expects one pad value"), Error);
+  CHECK_THROWS_WITH_AS(g.add_node(in, PadAttrs{.before = {0}, .after = {0, 0}}),
+                       doctest::Contains("[pad] expects 2 before amounts"), Error);
   // concat
   Tensor mixed[] = {x, i};
   CHECK_THROWS_WITH_AS(concat(mixed, 0), doctest::Contains("[concat] dtype mismatch"), Error);
@@ -577,7 +577,7 @@ TEST_CASE("ops: movement validation errors") {
   // flip
   CHECK_THROWS_WITH_AS(flip(x, {2}), doctest::Contains("[flip] axis 2 out of range"), Error);
   CHECK_THROWS_WITH_AS(flip(x, {1, -1}), doctest::Contains("[flip] axis listed twice"), Error);
-  CHECK_THROWS_WITH_AS(g.add_node(OpKind::Flip, in, Attrs{.ints = {1, 0}}),
+  CHECK_THROWS_WITH_AS(g.add_node(in, FlipAttrs{{1, 0}}),
                        doctest::Contains("[flip] axes must be sorted and unique"), Error);
   // expand
   CHECK_THROWS_WITH_AS(expand(x, {2, 4}), doctest::Contains("[expand] cannot expand"), Error);

@@ -1,4 +1,5 @@
-// Rope, conv2d, pool2d and upsample: rules by perturbation, reference values and validation.
+// Rope, rope_multi, conv2d, pool2d and upsample: rules by perturbation, reference values and
+// validation.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -95,6 +96,78 @@ TEST_CASE("ops: rope rules are exact on pairs and positions") {
   CHECK(needed_of(inter, Box{{1, 3}, {0, 1}, {3, 5}})[0] == Box{{1, 3}, {0, 1}, {2, 6}});
   CHECK(needed_of(inter, Box{{1, 3}, {0, 1}, {3, 5}})[1] == Box{{1, 3}});
   CHECK(needed_of(inter, Box{{1, 3}, {0, 1}, {6, 8}})[1].empty());  // pass-through only
+}
+
+// ---- rope_multi ------------------------------------------------------------------------------
+
+TEST_CASE("ops: rope_multi rules by perturbation") {
+  check_rules_and_reads(OpCase{"rope_multi [2, 5, 3, 16] axes {4, 6, 2}",
+                               [](Graph& g) {
+                                 Tensor x = g.input("x", {2, 5, 3, 16}, DType::F32);
+                                 return rope_multi(x, g.input("pos", {5, 3}, DType::I32),
+                                                   {4, 6, 2}, 10000.0);
+                               },
+                               {ValueRange{}, ValueRange{0, 50}}},
+                        1, 30);
+  check_rules_and_reads(OpCase{"rope_multi f16 i64 positions, sum == D",
+                               [](Graph& g) {
+                                 Tensor x = g.input("x", {6, 2, 8}, DType::F16);
+                                 return rope_multi(x, g.input("pos", {6, 2}, DType::I64), {2, 6},
+                                                   100.0);
+                               },
+                               {ValueRange{}, ValueRange{-8, 300}}},
+                        2, 30);
+}
+
+TEST_CASE("ops: rope_multi rotates interleaved pairs per axis") {
+  // Axis 0 owns columns 0..3 (d = 4) at position 1: theta = 1 and 100^(-2/4) = 0.1. Axis 1 owns
+  // columns 4, 5 (d = 2) at position 2: theta = 2. Columns 6, 7 pass through.
+  Graph g;
+  Tensor x = g.input("x", {1, 1, 8}, DType::F32);
+  Tensor y = rope_multi(x, g.input("pos", {1, 2}, DType::I32), {4, 2}, 100.0);
+  const double c0 = std::cos(1.0), s0 = std::sin(1.0), c1 = std::cos(0.1), s1 = std::sin(0.1);
+  const double c2 = std::cos(2.0), s2 = std::sin(2.0);
+  check_close(evaluate(g, y, {{1, 2, 3, 4, 5, 6, 7, 8}, {1, 2}}),
+              {1 * c0 - 2 * s0, 1 * s0 + 2 * c0, 3 * c1 - 4 * s1, 3 * s1 + 4 * c1,
+               5 * c2 - 6 * s2, 5 * s2 + 6 * c2, 7, 8});
+  CHECK(op_display_name(y.node()) == "rope_multi{axes_dims=[4,2],base=100}");
+}
+
+TEST_CASE("ops: rope_multi rules are exact on pairs and position axes") {
+  Graph g;
+  Tensor pos = g.input("pos", {5, 3}, DType::I32);
+  Tensor y = rope_multi(g.input("x", {5, 3, 16}, DType::F32), pos, {4, 6, 2}, 10000.0);
+  // Columns: axis 0 [0, 4), axis 1 [4, 10), axis 2 [10, 12), pass-through [12, 16).
+  CHECK(forward_of(y, 0, Box{{2, 3}, {0, 3}, {5, 6}}) == Region(Box{{2, 3}, {0, 3}, {4, 6}}));
+  CHECK(forward_of(y, 0, Box{{0, 5}, {1, 2}, {11, 14}}) == Region(Box{{0, 5}, {1, 2}, {10, 14}}));
+  CHECK(forward_of(y, 0, Box{{0, 1}, {0, 1}, {13, 15}}) == Region(Box{{0, 1}, {0, 1}, {13, 15}}));
+  CHECK(forward_of(y, 1, Box{{3, 4}, {1, 2}}) == Region(Box{{3, 4}, {0, 3}, {4, 10}}));
+  CHECK(forward_of(y, 1, Box{{0, 2}, {0, 3}}) == Region(Box{{0, 2}, {0, 3}, {0, 12}}));
+  CHECK(needed_of(y, Box{{1, 3}, {0, 1}, {3, 5}})[0] == Box{{1, 3}, {0, 1}, {2, 6}});
+  CHECK(needed_of(y, Box{{1, 3}, {0, 1}, {3, 5}})[1] == Box{{1, 3}, {0, 2}});
+  CHECK(needed_of(y, Box{{1, 3}, {0, 1}, {10, 16}})[1] == Box{{1, 3}, {2, 3}});
+  CHECK(needed_of(y, Box{{1, 3}, {0, 1}, {12, 16}})[1].empty());  // pass-through only
+}
+
+TEST_CASE("ops: rope_multi validation errors") {
+  Graph g;
+  Tensor x = g.input("x", {4, 2, 8}, DType::F32);
+  Tensor pos = g.input("pos", {4, 2}, DType::I32);
+  CHECK_THROWS_WITH_AS(rope_multi(g.input("x2", {4, 8}, DType::F32), pos, {4, 4}),
+                       doctest::Contains("[rope_multi] x must have rank >= 3"), Error);
+  CHECK_THROWS_WITH_AS(rope_multi(x, g.input("pf", {4, 2}, DType::F32), {4, 4}),
+                       doctest::Contains("[rope_multi] positions must be i32 or i64"), Error);
+  CHECK_THROWS_WITH_AS(rope_multi(x, pos, {2, 2, 2}),
+                       doctest::Contains("[rope_multi] positions must have shape [4, 3]"), Error);
+  CHECK_THROWS_WITH_AS(rope_multi(x, pos, {3, 4}),
+                       doctest::Contains("[rope_multi] axes_dims must be even"), Error);
+  CHECK_THROWS_WITH_AS(rope_multi(x, pos, {4, 6}),
+                       doctest::Contains("[rope_multi] axes_dims [4,6] sum to 10"), Error);
+  CHECK_THROWS_WITH_AS(rope_multi(x, pos, {4, 4}, -1.0),
+                       doctest::Contains("[rope_multi] base must be positive"), Error);
+  CHECK_THROWS_WITH_AS(rope_multi(x, pos, {}),
+                       doctest::Contains("[rope_multi] needs at least one axis"), Error);
+  CHECK_NOTHROW(rope_multi(x, pos, {4, 2}));
 }
 
 // ---- conv2d ----------------------------------------------------------------------------------
@@ -343,8 +416,8 @@ TEST_CASE("ops: conv2d validation errors") {
   CHECK_THROWS_WITH_AS(conv2d(x, g.input("w0", {6, 2, 0, 3}, DType::F32), Tensor{}, g2),
                        doctest::Contains("[conv2d] kernel must be at least 1x1"), Error);
   Tensor in[] = {x, w};
-  CHECK_THROWS_WITH_AS(g.add_node(OpKind::Conv2d, in, Attrs{.ints = {1, 1, 0, 0, 1, 1, 2, 1}}),
-                       doctest::Contains("[conv2d] has_bias = 1 but 2 inputs"), Error);
+  CHECK_THROWS_WITH_AS(g.add_node(OpKind::Conv2d, in, Pool2dAttrs{}),
+                       doctest::Contains("[conv2d] given the attributes of pool2d"), Error);
   CHECK_NOTHROW(conv2d(x, w, Tensor{}, with([](auto& p) { p.dilation_w = 2; })));
 }
 

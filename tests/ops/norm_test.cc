@@ -217,10 +217,10 @@ TEST_CASE("ops: norm validation errors") {
   CHECK_THROWS_WITH_AS(rms_norm(Tensor{}, w4, 1e-5), doctest::Contains("[rmsnorm] empty tensor"),
                        Error);
   Tensor x_only[] = {x};
-  CHECK_THROWS_WITH_AS(g.add_node(OpKind::RmsNorm, x_only, Attrs{}),
-                       doctest::Contains("[rmsnorm] expects one float"), Error);
-  CHECK_THROWS_WITH_AS(g.add_node(OpKind::RmsNorm, x_only, Attrs{.ints = {1}, .floats = {0.0}}),
-                       doctest::Contains("[rmsnorm] takes no integer"), Error);
+  CHECK_THROWS_WITH_AS(g.add_node(x_only, RmsNormAttrs{.eps = -1.0}),
+                       doctest::Contains("[rmsnorm] eps must be finite"), Error);
+  CHECK_THROWS_WITH_AS(g.add_node(OpKind::RmsNorm, x_only, LayerNormAttrs{}),
+                       doctest::Contains("[rmsnorm] given the attributes of layernorm"), Error);
 
   CHECK_THROWS_WITH_AS(layer_norm(xi, Tensor{}, Tensor{}, 1e-5),
                        doctest::Contains("[layernorm] requires a float"), Error);
@@ -234,12 +234,10 @@ TEST_CASE("ops: norm validation errors") {
                        doctest::Contains("[layernorm] bias dtype"), Error);
   CHECK_THROWS_WITH_AS(layer_norm(x, w4, w4, -0.1), doctest::Contains("[layernorm] eps"), Error);
   Tensor x_w[] = {x, w4};
-  CHECK_THROWS_WITH_AS(g.add_node(OpKind::LayerNorm, x_w, Attrs{.ints = {1, 1}, .floats = {0.0}}),
+  CHECK_THROWS_WITH_AS(g.add_node(x_w, LayerNormAttrs{.has_weight = true, .has_bias = true}),
                        doctest::Contains("[layernorm] presence flags disagree"), Error);
-  CHECK_THROWS_WITH_AS(g.add_node(OpKind::LayerNorm, x_w, Attrs{.ints = {1}, .floats = {0.0}}),
-                       doctest::Contains("[layernorm] expects presence flags"), Error);
-  CHECK_THROWS_WITH_AS(g.add_node(OpKind::LayerNorm, x_w, Attrs{.ints = {2, 0}, .floats = {0.0}}),
-                       doctest::Contains("[layernorm] presence flags must be 0 or 1"), Error);
+  CHECK_THROWS_WITH_AS(g.add_node(x_w, LayerNormAttrs{}),
+                       doctest::Contains("[layernorm] presence flags disagree"), Error);
 
   CHECK_THROWS_WITH_AS(
       group_norm(g.input("ii", {2, 6, 3}, DType::I32), 3, Tensor{}, Tensor{}, 1e-5),
@@ -259,8 +257,8 @@ TEST_CASE("ops: norm validation errors") {
   CHECK_THROWS_WITH_AS(group_norm(img, 3, c6, c6, -1e-3), doctest::Contains("[groupnorm] eps"),
                        Error);
   Tensor img_only[] = {img};
-  CHECK_THROWS_WITH_AS(g.add_node(OpKind::GroupNorm, img_only, Attrs{.floats = {0.0}}),
-                       doctest::Contains("[groupnorm] expects the number of groups"), Error);
+  CHECK_THROWS_WITH_AS(g.add_node(img_only, GroupNormAttrs{.groups = 0}),
+                       doctest::Contains("[groupnorm] groups must be >= 1"), Error);
   CHECK_NOTHROW(group_norm(img, 3, c6, c6, 1e-5));
   CHECK_NOTHROW(layer_norm(x, Tensor{}, w4, 0.0));
 }

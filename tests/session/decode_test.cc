@@ -79,7 +79,7 @@ TEST_CASE("session: editing token p of a 64-token prompt recomputes only rows >=
   std::vector<bool> depends_on_ids(static_cast<size_t>(g.size()), false);
   for (NodeId id = 0; id < g.size(); ++id) {
     const Node& n = g.node(id);
-    depends_on_ids[static_cast<size_t>(id)] = n.kind == OpKind::Input && n.attrs.name == "ids";
+    depends_on_ids[static_cast<size_t>(id)] = n.kind == OpKind::Input && n.attrs_as<InputAttrs>().name == "ids";
     for (NodeId in : n.inputs) depends_on_ids[static_cast<size_t>(id)] = depends_on_ids[static_cast<size_t>(id)] || depends_on_ids[static_cast<size_t>(in)];
   }
   for (int64_t p : {0, 17, 40, 63}) {
