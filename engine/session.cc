@@ -10,9 +10,9 @@
 #include "absl/strings/str_cat.h"
 #include "engine/op_def.h"
 #include "engine/session_internal.h"
-#include "planner/cse.h"
 #include "planner/fold.h"
 #include "planner/passes.h"
+#include "planner/rebuild.h"
 #include "planner/verify.h"
 
 namespace tessera {
@@ -34,141 +34,161 @@ std::byte* allocate_aligned(int64_t bytes, std::string_view what) {
 }
 
 GraphSession::GraphSession(const Graph& graph, SessionOptions options)
-    : graph_(graph), node_count_(graph.size()), graph_hash_(graph.structure_hash()), options_(options),
-      backend_(options.backend == BackendKind::Cpu ? make_cpu_backend() : make_reference_backend()),
-      values_(static_cast<size_t>(graph.size())), valid_(static_cast<size_t>(graph.size())),
-      kept_(static_cast<size_t>(graph.size()), 1), fixed_(static_cast<size_t>(graph.size()), 0),
-      rep_(static_cast<size_t>(graph.size())), keep_(static_cast<size_t>(graph.size()), Keep::Auto),
-      reused_(static_cast<size_t>(graph.size()), 0), dirtied_by_(static_cast<size_t>(graph.size()), -1) {
+    : user_(graph), node_count_(graph.size()), options_(options),
+      backend_(options.backend == BackendKind::Cpu ? make_cpu_backend() : make_reference_backend()) {
   arena_ = decltype(arena_)(nullptr, free_aligned);
   if (options_.max_region_boxes < 1 || options_.max_valid_boxes < 1)
     throw Error(absl::StrCat("[session] max_region_boxes (", options_.max_region_boxes, ") and max_valid_boxes (",
                              options_.max_valid_boxes, ") must be at least 1"));
-  for (NodeId id = 0; id < graph.size(); ++id) {
-    const Node& n = graph.node(id);
-    Value& v = values_[static_cast<size_t>(id)];
-    valid_[static_cast<size_t>(id)] = Region(n.rank());
-    rep_[static_cast<size_t>(id)] = id;
-    if (n.kind == OpKind::Input) {
-      ensure_buffer(id, Box::full(n.shape));
-      std::memset(v.buffer.get(), 0, static_cast<size_t>(v.bytes));
-      valid_[static_cast<size_t>(id)] = Region::full(n.shape);
-      fixed_[static_cast<size_t>(id)] = 1;
-    } else if (n.kind == OpKind::Constant) {
-      const ConstantData& data = graph.constant_data(n.constant);
-      v.view = dense_view(const_cast<void*>(data.data), n.dtype, Box::full(n.shape));
-      valid_[static_cast<size_t>(id)] = Region::full(n.shape);
-      fixed_[static_cast<size_t>(id)] = 1;
-    }
-  }
-  stats_.elements_per_node.assign(values_.size(), 0);
-  stats_.kernels_per_node.assign(values_.size(), 0);
+  stats_.elements_per_node.assign(static_cast<size_t>(node_count_), 0);
+  stats_.kernels_per_node.assign(static_cast<size_t>(node_count_), 0);
   run_passes();
 }
 
 GraphSession::~GraphSession() = default;
 
-// verify -> fold -> cse (planner/passes.h). Folded values are computed here with this session's
-// backend, through the same plan execution as reads.
+// Per-node state for the graph graph_ points at: inputs zeroed and valid, constants valid over
+// their data, everything else empty and kept (until the cache policy runs).
+void GraphSession::reset_state() {
+  const size_t n = static_cast<size_t>(graph_->size());
+  values_ = std::vector<Value>(n);
+  valid_.assign(n, Region());
+  kept_.assign(n, 1);
+  fixed_.assign(n, 0);
+  keep_.assign(n, Keep::Auto);
+  reused_.assign(n, 0);
+  dirtied_by_.assign(n, -1);
+  for (NodeId id = 0; id < graph_->size(); ++id) {
+    const Node& node = graph_->node(id);
+    Value& v = values_[static_cast<size_t>(id)];
+    valid_[static_cast<size_t>(id)] = Region(node.rank());
+    if (node.kind == OpKind::Input) {
+      ensure_buffer(id, Box::full(node.shape));
+      std::memset(v.buffer.get(), 0, static_cast<size_t>(v.bytes));
+    } else if (node.kind == OpKind::Constant) {
+      const ConstantData& data = graph_->constant_data(node.constant);
+      v.view = dense_view(const_cast<void*>(data.data), node.dtype, Box::full(node.shape));
+    } else {
+      continue;
+    }
+    valid_[static_cast<size_t>(id)] = Region::full(node.shape);
+    fixed_[static_cast<size_t>(id)] = 1;
+  }
+}
+
+// The fold pass's frontier, computed over the user graph with this session's backend through
+// the same plan execution as reads (so the bits are those an unfolded read would give).
+void GraphSession::fold_constants_now(const FoldResult& fold, std::vector<std::shared_ptr<const void>>& values) {
+  graph_ = &user_;
+  graph_hash_ = user_.structure_hash();
+  reset_state();
+  std::fill(kept_.begin(), kept_.end(), 0);
+  for (NodeId id : fold.frontier) kept_[static_cast<size_t>(id)] = 1;
+  for (NodeId id : fold.frontier) {
+    const Node& n = user_.node(id);
+    plan_read(user_, id, Box::full(n.shape), read_state(), scratch_, steps_);
+    Plan& plan = plan_for(id, steps_, nullptr);
+    try {
+      execute(plan, steps_, false);
+    } catch (...) {
+      reset_transients(steps_);
+      throw;
+    }
+    reset_transients(steps_);
+    Value& v = values_[static_cast<size_t>(id)];
+    stats_.folded_bytes += v.bytes;
+    values[static_cast<size_t>(id)] = std::shared_ptr<const void>(v.buffer.release(), AlignedDelete());
+  }
+  plans_.clear();
+  plans_.stats() = PlanCacheStats{};
+  steps_.clear();
+}
+
+// verify -> fold -> cse (planner/passes.h). Folded values become constants of the execution
+// graph, and rebuilding it hash-conses: equal constants (by content) and then equal nodes over
+// them merge, which is the common-subexpression pass.
 void GraphSession::run_passes() {
   const bool dump = dump_enabled("passes");
-  verify_graph(graph_);
-  if (dump) std::fprintf(stderr, "[passes] verify: %d nodes ok\n", graph_.size());
+  verify_graph(user_);
+  if (dump) std::fprintf(stderr, "[passes] verify: %d nodes ok\n", user_.size());
 
-  const FoldResult fold = fold_constants(graph_);
-  if (!fold.frontier.empty()) {
-    // Fold as one read per frontier node, with the frontier kept and the interior transient.
-    std::fill(kept_.begin(), kept_.end(), 0);
-    for (NodeId id : fold.frontier) kept_[static_cast<size_t>(id)] = 1;
-    for (NodeId id : fold.frontier) {
-      const Node& n = graph_.node(id);
-      plan_read(graph_, id, Box::full(n.shape), read_state(), scratch_, steps_);
-      Plan& plan = plan_for(id, steps_, nullptr);
-      execute(plan, steps_, false);
-      reset_transients(steps_);
-      fixed_[static_cast<size_t>(id)] = 1;
-      stats_.folded_bytes += values_[static_cast<size_t>(id)].bytes;
-    }
-    std::fill(kept_.begin(), kept_.end(), 1);
-    stats_.folded_nodes = static_cast<int64_t>(fold.frontier.size());
-    // Plans compiled while folding never recur.
-    plans_.clear();
-    plans_.stats() = PlanCacheStats{};
-  }
+  const FoldResult fold = fold_constants(user_);
+  std::vector<std::shared_ptr<const void>> folded(static_cast<size_t>(node_count_));
+  if (!fold.frontier.empty()) fold_constants_now(fold, folded);
+  stats_.folded_nodes = static_cast<int64_t>(fold.frontier.size());
   if (dump) {
     std::fprintf(stderr, "[passes] fold: %zu nodes computed once (%lld bytes), %zu interior nodes\n",
                  fold.frontier.size(), static_cast<long long>(stats_.folded_bytes), fold.interior.size());
     for (NodeId id : fold.frontier)
-      std::fprintf(stderr, "  %%%d %s %s\n", id, op_display_name(graph_.node(id)).c_str(),
-                   shape_string(graph_.node(id).shape).c_str());
+      std::fprintf(stderr, "  %%%d %s %s\n", id, op_display_name(user_.node(id)).c_str(),
+                   shape_string(user_.node(id).shape).c_str());
   }
 
-  rep_ = merge_common(graph_, fixed_, [&](NodeId id) -> std::span<const std::byte> {
-    const Value& v = values_[static_cast<size_t>(id)];
-    const Node& n = graph_.node(id);
-    return {static_cast<const std::byte*>(v.view.data), static_cast<size_t>(n.size_bytes())};
+  Rewritten cse = rebuild(user_, [&](NodeId id, Graph& out, absl::FunctionRef<Tensor(NodeId)>) -> std::optional<Tensor> {
+    const std::shared_ptr<const void>& value = folded[static_cast<size_t>(id)];
+    if (value == nullptr) return std::nullopt;
+    const Node& n = user_.node(id);
+    return out.constant_external(n.shape, n.dtype, value.get(), value);
   });
-  for (NodeId id = 0; id < graph_.size(); ++id) {
-    const NodeId r = rep_[static_cast<size_t>(id)];
-    if (r == id) continue;
-    stats_.merged_nodes += 1;
-    // A merged fixed node shares its representative's value; others are never computed.
-    if (fixed_[static_cast<size_t>(id)] && graph_.node(id).kind != OpKind::Constant) {
-      stats_.folded_bytes -= values_[static_cast<size_t>(id)].bytes;
-      drop(id);
-      values_[static_cast<size_t>(id)].view = values_[static_cast<size_t>(r)].view;
-      valid_[static_cast<size_t>(id)] = Region::full(graph_.node(id).shape);
-    }
-    if (dump)
-      std::fprintf(stderr, "[passes] cse: %%%d %s -> %%%d\n", id, op_display_name(graph_.node(id)).c_str(), r);
+  exec_ = std::move(cse.graph);
+  to_exec_ = std::move(cse.to_new);
+
+  graph_ = exec_.get();
+  graph_hash_ = exec_->structure_hash();
+  reset_state();
+  to_user_.assign(static_cast<size_t>(exec_->size()), -1);
+  for (NodeId id = 0; id < node_count_; ++id) {
+    NodeId& back = to_user_[static_cast<size_t>(to_exec_[static_cast<size_t>(id)])];
+    if (back >= 0) stats_.merged_nodes += 1;
+    else back = id;
   }
-  if (dump) std::fprintf(stderr, "[passes] cse: %lld nodes merged\n", static_cast<long long>(stats_.merged_nodes));
+  if (dump)
+    std::fprintf(stderr, "[passes] cse: %lld nodes merged; execution graph has %d nodes\n",
+                 static_cast<long long>(stats_.merged_nodes), exec_->size());
 }
 
 ReadState GraphSession::read_state() const {
-  return ReadState{valid_, rep_, fixed_, options_.max_region_boxes};
+  return ReadState{valid_, fixed_, options_.max_region_boxes};
 }
 
+NodeId GraphSession::exec_id(NodeId user_node) const {
+  if (user_node < 0 || user_node >= node_count_) throw Error(absl::StrCat("[session] no node ", user_node));
+  return to_exec_[static_cast<size_t>(user_node)];
+}
+
+NodeId GraphSession::execution_node(NodeId node) const { return exec_id(node); }
+
 void GraphSession::check_graph_unchanged() const {
-  if (graph_.size() != node_count_)
-    throw Error(absl::StrCat("[session] the graph has ", graph_.size(), " nodes but had ", node_count_,
+  if (user_.size() != node_count_)
+    throw Error(absl::StrCat("[session] the graph has ", user_.size(), " nodes but had ", node_count_,
                              " when the session was created; create a new session"));
 }
 
-const Region& GraphSession::valid_region(NodeId node) const {
-  if (node < 0 || node >= node_count_) throw Error(absl::StrCat("[session] no node ", node));
-  return valid_[static_cast<size_t>(rep_[static_cast<size_t>(node)])];
-}
+const Region& GraphSession::valid_region(NodeId node) const { return valid_[static_cast<size_t>(exec_id(node))]; }
 
-bool GraphSession::is_kept(NodeId node) const {
-  valid_region(node);
-  return kept_[static_cast<size_t>(rep_[static_cast<size_t>(node)])] != 0;
-}
+bool GraphSession::is_kept(NodeId node) const { return kept_[static_cast<size_t>(exec_id(node))] != 0; }
 
 bool GraphSession::is_folded(NodeId node) const {
-  valid_region(node);
-  const OpKind kind = graph_.node(node).kind;
-  return fixed_[static_cast<size_t>(node)] && kind != OpKind::Input && kind != OpKind::Constant;
+  const OpKind kind = user_.node(node).kind;
+  return fixed_[static_cast<size_t>(exec_id(node))] && kind != OpKind::Input && kind != OpKind::Constant;
 }
 
 void GraphSession::set_keep(NodeId node, Keep keep) {
-  valid_region(node);
-  keep_[static_cast<size_t>(node)] = keep;
-  keep_[static_cast<size_t>(rep_[static_cast<size_t>(node)])] = keep;
+  keep_[static_cast<size_t>(exec_id(node))] = keep;
   keep_changed_ = true;
   choose_kept();
 }
 
 int64_t GraphSession::kept_bytes() const {
   int64_t total = 0;
-  for (NodeId id = 0; id < node_count_; ++id)
+  for (NodeId id = 0; id < graph_->size(); ++id)
     if (!fixed_[static_cast<size_t>(id)]) total += values_[static_cast<size_t>(id)].bytes;
   return total;
 }
 
 NodeId GraphSession::output_id(std::string_view name) const {
-  NodeId id = graph_.find_output(name);
-  if (id < 0 || id >= node_count_) throw Error(absl::StrCat("[session] unknown output '", std::string(name), "'"));
+  NodeId id = graph_->find_output(name);
+  if (id < 0) throw Error(absl::StrCat("[session] unknown output '", std::string(name), "'"));
   return id;
 }
 
@@ -181,7 +201,7 @@ void GraphSession::check_box(std::string_view what, const Node& node, const Box&
 void GraphSession::ensure_buffer(NodeId id, const Box& extent) {
   Value& v = values_[static_cast<size_t>(id)];
   if (v.buffer && v.view.extent.contains(extent)) return;
-  const Node& n = graph_.node(id);
+  const Node& n = graph_->node(id);
   const int64_t bytes = std::max<int64_t>(extent.volume() * dtype_size(n.dtype), 1);
   v.buffer.reset(allocate_aligned(bytes, op_display_name(n)));
   v.bytes = bytes;
@@ -197,16 +217,16 @@ void GraphSession::drop(NodeId id) {
 }
 
 void GraphSession::write(std::string_view input, const Box& box, std::span<const std::byte> data) {
-  NodeId id = graph_.find_input(input);
+  NodeId id = graph_->find_input(input);
   if (id < 0) throw Error(absl::StrCat("[session] unknown input '", std::string(input), "'"));
-  write(input, box, data, graph_.node(id).dtype);
+  write(input, box, data, graph_->node(id).dtype);
 }
 
 void GraphSession::write(std::string_view input, const Box& box, std::span<const std::byte> data, DType dtype) {
   check_graph_unchanged();
-  NodeId id = graph_.find_input(input);
+  NodeId id = graph_->find_input(input);
   if (id < 0) throw Error(absl::StrCat("[session] unknown input '", std::string(input), "'"));
-  const Node& n = graph_.node(id);
+  const Node& n = graph_->node(id);
   if (dtype != n.dtype)
     throw Error(absl::StrCat("[session] input '", std::string(input), "' is ", dtype_name(n.dtype), ", got ", dtype_name(dtype)));
   check_box(absl::StrCat("write to '", std::string(input), "':"), n, box);
@@ -219,8 +239,8 @@ void GraphSession::write(std::string_view input, const Box& box, std::span<const
   const int64_t sequence = ++write_sequence_;
   if (write_log_.size() == kWriteLogSize) write_log_.erase(write_log_.begin());
   write_log_.push_back({sequence, absl::StrCat("write #", sequence, " to '", std::string(input), "' ", box.to_string())});
-  std::vector<Region> dirty = propagate_dirt(graph_, id, box);
-  for (NodeId k = id + 1; k < node_count_; ++k) {
+  std::vector<Region> dirty = propagate_dirt(*graph_, id, box);
+  for (NodeId k = id + 1; k < graph_->size(); ++k) {
     const Region& d = dirty[static_cast<size_t>(k)];
     if (d.empty()) continue;
     Region& valid = valid_[static_cast<size_t>(k)];
@@ -234,12 +254,12 @@ void GraphSession::write(std::string_view input, const Box& box, std::span<const
 
 void GraphSession::read(std::string_view output, const Box& box, std::span<std::byte> out) {
   NodeId id = output_id(output);
-  read_checked(id, box, out, graph_.node(id).dtype);
+  read_checked(id, box, out, graph_->node(id).dtype);
 }
 
 void GraphSession::read_node(NodeId node, const Box& box, std::span<std::byte> out) {
-  if (node < 0 || node >= node_count_) throw Error(absl::StrCat("[session] no node ", node));
-  read_checked(node, box, out, graph_.node(node).dtype);
+  const NodeId id = exec_id(node);
+  read_checked(id, box, out, graph_->node(id).dtype);
 }
 
 // Ranks computed nodes by recomputation cost saved per byte and keeps the best under the budget.
@@ -250,9 +270,9 @@ void GraphSession::choose_kept() {
   };
   std::vector<std::pair<double, NodeId>> ranked;
   int64_t used = 0;
-  for (NodeId id = 0; id < node_count_; ++id) {
-    const Node& n = graph_.node(id);
-    if (fixed_[static_cast<size_t>(id)] || rep_[static_cast<size_t>(id)] != id) continue;
+  for (NodeId id = 0; id < graph_->size(); ++id) {
+    const Node& n = graph_->node(id);
+    if (fixed_[static_cast<size_t>(id)]) continue;
     const Keep keep = keep_[static_cast<size_t>(id)];
     if (keep != Keep::Auto || options_.cache_budget_bytes < 0) {
       set(id, keep != Keep::Never);
@@ -261,7 +281,7 @@ void GraphSession::choose_kept() {
     }
     double cost = 1;
     if (!n.inputs.empty()) {
-      const Node& first = input_node(graph_, n, 0);
+      const Node& first = input_node(*graph_, n, 0);
       if (n.kind == OpKind::Matmul || n.kind == OpKind::Linear || n.kind == OpKind::Attention)
         cost = static_cast<double>(first.shape.back());
     }
@@ -271,7 +291,7 @@ void GraphSession::choose_kept() {
   }
   std::sort(ranked.begin(), ranked.end());
   for (const auto& [neg_score, id] : ranked) {
-    const int64_t bytes = graph_.node(id).size_bytes();
+    const int64_t bytes = graph_->node(id).size_bytes();
     const bool keep = used + bytes <= options_.cache_budget_bytes;
     if (keep) used += bytes;
     set(id, keep);

@@ -20,6 +20,7 @@
 
 #include "backends/backend.h"
 #include "engine/graph.h"
+#include "planner/fold.h"
 #include "planner/plan.h"
 #include "planner/region_analysis.h"
 #include "regions/region.h"
@@ -134,7 +135,13 @@ class GraphSession {
   // a file that is stale, corrupt or made for another graph or backend, and returns false.
   void save_plans(const std::string& path) const;
   bool load_plans(const std::string& path);
-  const Graph& graph() const { return graph_; }
+  // The graph the session was created on (node ids in this API are its ids), and the graph it
+  // executes: the same after the session passes folded constants into constants, merged equal
+  // nodes and fused patterns and elementwise chains (plans, dumps and explain name its nodes).
+  const Graph& graph() const { return user_; }
+  const Graph& execution_graph() const { return *exec_; }
+  // The node of the execution graph that computes a node of graph().
+  NodeId execution_node(NodeId node) const;
   const Region& valid_region(NodeId node) const;
   bool is_kept(NodeId node) const;
   // True for nodes the fold pass computed at creation (constant-only subgraphs): always valid,
@@ -162,22 +169,29 @@ class GraphSession {
   void ensure_buffer(NodeId id, const Box& extent);
   void drop(NodeId id);
   void run_passes();
+  void fold_constants_now(const FoldResult& fold, std::vector<std::shared_ptr<const void>>& values);
+  void reset_state();
+  NodeId exec_id(NodeId user_node) const;
   ReadState read_state() const;
   Plan& plan_for(NodeId target, std::span<const Step> steps, const std::vector<Step>* dump_steps);
   void execute(const Plan& plan, std::span<const Step> steps, bool count);
   void reset_transients(std::span<const Step> steps);
   KernelFn choose_kernel(const Node& node) const;
 
-  const Graph& graph_;
-  const int32_t node_count_;  // the graph's size when the session was created
-  const uint64_t graph_hash_;
+  const Graph& user_;
+  const int32_t node_count_;  // the user graph's size when the session was created
+  std::unique_ptr<Graph> exec_;    // what the session runs (section "execution graph" above)
+  const Graph* graph_ = nullptr;   // the graph the per-node state below indexes: exec_ (or
+                                   // the user graph while folding)
+  uint64_t graph_hash_ = 0;
+  std::vector<NodeId> to_exec_;    // per user node
+  std::vector<NodeId> to_user_;    // per exec node: the first user node it stands for, or -1
   SessionOptions options_;
   std::unique_ptr<Backend> backend_;
   std::vector<Value> values_;
   std::vector<Region> valid_;   // per node: where its stored values are current
   std::vector<uint8_t> kept_;   // per node: 1 when the cache policy keeps it
-  std::vector<uint8_t> fixed_;  // per node: inputs, constants and folded nodes (never computed)
-  std::vector<NodeId> rep_;     // per node: its cse representative
+  std::vector<uint8_t> fixed_;  // per node: inputs and constants (folded values are constants)
   std::vector<Keep> keep_;
   std::vector<int64_t> reused_;  // elements reads found valid, per node (cache policy signal)
   bool keep_changed_ = true;

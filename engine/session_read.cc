@@ -12,10 +12,10 @@
 
 namespace tessera {
 
-KernelFn GraphSession::choose_kernel(const Node& node) const { return backend_->kernel_for(graph_, node); }
+KernelFn GraphSession::choose_kernel(const Node& node) const { return backend_->kernel_for(*graph_, node); }
 
 Plan& GraphSession::plan_for(NodeId target, std::span<const Step> steps, const std::vector<Step>* dump_steps) {
-  PlanPattern pattern = plan_pattern(graph_, graph_hash_, backend_->name(), target, steps, kept_, rep_);
+  PlanPattern pattern = plan_pattern(*graph_, graph_hash_, backend_->name(), target, steps, kept_);
   if (Plan* plan = plans_.find(pattern)) {
     plans_.stats().hits += 1;
     stats_.plan_cache_hit = true;
@@ -25,10 +25,10 @@ Plan& GraphSession::plan_for(NodeId target, std::span<const Step> steps, const s
   plans_.stats().compiled += 1;
   stats_.plan_cache_hit = false;
   std::unique_ptr<Plan> compiled =
-      compile_plan(graph_, std::move(pattern), [&](const Node& node) { return choose_kernel(node); });
+      compile_plan(*graph_, std::move(pattern), [&](const Node& node) { return choose_kernel(node); });
   if (compiled == nullptr) throw Error("[plan] internal error: a read produced a malformed pattern");
   Plan* plan = plans_.insert(std::move(compiled));
-  if (dump_steps != nullptr && dump_enabled("plan")) std::fprintf(stderr, "[plan] compiled %s", plan->describe(graph_).c_str());
+  if (dump_steps != nullptr && dump_enabled("plan")) std::fprintf(stderr, "[plan] compiled %s", plan->describe(*graph_).c_str());
   return *plan;
 }
 
@@ -44,7 +44,7 @@ void GraphSession::execute(const Plan& plan, std::span<const Step> steps, bool c
   for (size_t i = 0; i < steps.size(); ++i) {
     const Step& step = steps[i];
     const PlanStep& ps = plan.steps[i];
-    const Node& n = graph_.node(step.node);
+    const Node& n = graph_->node(step.node);
     Value& v = values_[static_cast<size_t>(step.node)];
     if (ps.arena_offset < 0) {
       ensure_buffer(step.node, Box::full(n.shape));
@@ -54,19 +54,22 @@ void GraphSession::execute(const Plan& plan, std::span<const Step> steps, bool c
     if (ps.kernel == nullptr)
       throw Error(absl::StrCat("[", op_display_name(n), "] backend ", std::string(backend_->name()), " has no kernel for this op"));
     input_views_.clear();
-    for (NodeId in : n.inputs) input_views_.push_back(values_[static_cast<size_t>(rep_[static_cast<size_t>(in)])].view);
+    for (NodeId in : n.inputs) input_views_.push_back(values_[static_cast<size_t>(in)].view);
     for (const Box& b : step.compute.boxes()) {
-      absl::Status status = ps.kernel(KernelArgs{graph_, n, input_views_, v.view, b});
+      absl::Status status = ps.kernel(KernelArgs{*graph_, n, input_views_, v.view, b});
       if (!status.ok()) throw Error(absl::StrCat("[", op_display_name(n), "] ", status.message()));
+      if (count && to_user_[static_cast<size_t>(step.node)] >= 0) {
+        const size_t u = static_cast<size_t>(to_user_[static_cast<size_t>(step.node)]);
+        stats_.kernels_per_node[u] += 1;
+        stats_.elements_per_node[u] += b.volume();
+      }
       if (count) {
-        stats_.kernels_per_node[static_cast<size_t>(step.node)] += 1;
-        stats_.elements_per_node[static_cast<size_t>(step.node)] += b.volume();
         stats_.elements_computed += b.volume();
         stats_.kernels_run += 1;
       }
     }
     if (count) {
-      counted_.push_back(step.node);
+      if (to_user_[static_cast<size_t>(step.node)] >= 0) counted_.push_back(to_user_[static_cast<size_t>(step.node)]);
       stats_.steps += 1;
     }
     Region& valid = valid_[static_cast<size_t>(step.node)];
@@ -86,7 +89,7 @@ void GraphSession::reset_transients(std::span<const Step> steps) {
 
 void GraphSession::read_checked(NodeId node, const Box& box, std::span<std::byte> out, DType dtype) {
   check_graph_unchanged();
-  const Node& tn = graph_.node(node);
+  const Node& tn = graph_->node(node);
   if (dtype != tn.dtype)
     throw Error(absl::StrCat("[session] read of ", op_display_name(tn), ": node is ", dtype_name(tn.dtype), ", buffer is ",
                              dtype_name(dtype)));
@@ -109,7 +112,7 @@ void GraphSession::read_checked(NodeId node, const Box& box, std::span<std::byte
   steps_.clear();
   last_plan_stale_ = true;
   if (box.empty()) return;
-  const NodeId target = rep_[static_cast<size_t>(node)];
+  const NodeId target = node;
   Value& result = values_[static_cast<size_t>(target)];
 
   // Everything valid already: no planning at all.
@@ -121,7 +124,7 @@ void GraphSession::read_checked(NodeId node, const Box& box, std::span<std::byte
     return;
   }
   if (keep_changed_ || (options_.cache_budget_bytes >= 0 && ++reads_since_ranking_ >= 16)) choose_kept();
-  plan_read(graph_, target, box, read_state(), scratch_, steps_, &reused_);
+  plan_read(*graph_, target, box, read_state(), scratch_, steps_, &reused_);
   if (dump_enabled("plan"))
     std::fprintf(stderr, "[plan] read %s %s: %zu steps\n%s", op_display_name(tn).c_str(), box.to_string().c_str(),
                  steps_.size(), last_plan().c_str());
@@ -145,7 +148,7 @@ const std::string& GraphSession::last_plan() const {
   if (last_plan_stale_) {
     last_plan_.clear();
     for (const Step& step : steps_)
-      absl::StrAppend(&last_plan_, "  %", step.node, " ", op_display_name(graph_.node(step.node)), " ",
+      absl::StrAppend(&last_plan_, "  %", step.node, " ", op_display_name(graph_->node(step.node)), " ",
                       step.compute.to_string(), "\n");
     last_plan_stale_ = false;
   }
@@ -155,19 +158,19 @@ const std::string& GraphSession::last_plan() const {
 Explanation GraphSession::explain(std::string_view output, const Box& box) const {
   check_graph_unchanged();
   const NodeId id = output_id(output);
-  const Node& tn = graph_.node(id);
+  const Node& tn = graph_->node(id);
   check_box(absl::StrCat("explain of '", std::string(output), "':"), tn, box);
   Explanation result;
   if (box.empty()) return result;
   ReadScratch scratch;
   std::vector<Step> steps;
   std::vector<NeedEntry> needs;
-  plan_read(graph_, rep_[static_cast<size_t>(id)], box, read_state(), scratch, steps, nullptr, &needs);
+  plan_read(*graph_, id, box, read_state(), scratch, steps, nullptr, &needs);
   for (const NeedEntry& e : needs) {
-    Explanation::Entry entry{e.node, op_display_name(graph_.node(e.node)), e.want, e.compute,
+    Explanation::Entry entry{e.node, op_display_name(graph_->node(e.node)), e.want, e.compute,
                              e.want.volume() - e.compute.volume(), ""};
     const size_t i = static_cast<size_t>(e.node);
-    if (fixed_[i]) entry.why = graph_.node(e.node).kind == OpKind::Input ? "input" : "constant (folded at creation)";
+    if (fixed_[i]) entry.why = graph_->node(e.node).kind == OpKind::Input ? "input" : "constant (folded at creation)";
     else if (e.compute.empty()) entry.why = "valid";
     else if (!kept_[i]) entry.why = "transient (not kept between reads)";
     else if (dirtied_by_[i] < 0) entry.why = valid_[i].empty() ? "never computed" : "not computed yet";
@@ -198,30 +201,30 @@ int GraphSession::compile_ahead(std::span<const ReadPattern> patterns) {
   int compiled = 0;
   for (const ReadPattern& pattern : patterns) {
     const NodeId out = output_id(pattern.output);
-    check_box(absl::StrCat("compile_ahead of '", pattern.output, "':"), graph_.node(out), pattern.read);
+    check_box(absl::StrCat("compile_ahead of '", pattern.output, "':"), graph_->node(out), pattern.read);
     // The steady state: kept values valid everywhere, transients empty, fixed nodes as they are.
     std::vector<Region> valid(valid_.size());
-    for (NodeId id = 0; id < node_count_; ++id) {
+    for (NodeId id = 0; id < graph_->size(); ++id) {
       const size_t i = static_cast<size_t>(id);
-      valid[i] = fixed_[i] || kept_[i] ? Region::full(graph_.node(id).shape) : Region(graph_.node(id).rank());
+      valid[i] = fixed_[i] || kept_[i] ? Region::full(graph_->node(id).shape) : Region(graph_->node(id).rank());
     }
     for (const auto& [name, box] : pattern.writes) {
-      const NodeId in = graph_.find_input(name);
+      const NodeId in = graph_->find_input(name);
       if (in < 0) throw Error(absl::StrCat("[session] compile_ahead: unknown input '", name, "'"));
-      check_box(absl::StrCat("compile_ahead write to '", name, "':"), graph_.node(in), box);
-      std::vector<Region> dirty = propagate_dirt(graph_, in, box);
-      for (NodeId k = in + 1; k < node_count_; ++k)
+      check_box(absl::StrCat("compile_ahead write to '", name, "':"), graph_->node(in), box);
+      std::vector<Region> dirty = propagate_dirt(*graph_, in, box);
+      for (NodeId k = in + 1; k < graph_->size(); ++k)
         if (!dirty[static_cast<size_t>(k)].empty() && !fixed_[static_cast<size_t>(k)])
           valid[static_cast<size_t>(k)].remove(dirty[static_cast<size_t>(k)]);
     }
     ReadScratch scratch;
     std::vector<Step> steps;
-    const NodeId target = rep_[static_cast<size_t>(out)];
-    plan_read(graph_, target, pattern.read, ReadState{valid, rep_, fixed_, options_.max_region_boxes}, scratch, steps);
+    const NodeId target = out;
+    plan_read(*graph_, target, pattern.read, ReadState{valid, fixed_, options_.max_region_boxes}, scratch, steps);
     if (steps.empty()) continue;
-    PlanPattern key = plan_pattern(graph_, graph_hash_, backend_->name(), target, steps, kept_, rep_);
+    PlanPattern key = plan_pattern(*graph_, graph_hash_, backend_->name(), target, steps, kept_);
     if (plans_.find(key) != nullptr) continue;
-    std::unique_ptr<Plan> plan = compile_plan(graph_, std::move(key), [&](const Node& node) { return choose_kernel(node); });
+    std::unique_ptr<Plan> plan = compile_plan(*graph_, std::move(key), [&](const Node& node) { return choose_kernel(node); });
     if (plan == nullptr) throw Error("[plan] internal error: compile_ahead produced a malformed pattern");
     plans_.insert(std::move(plan));
     plans_.stats().compiled += 1;
@@ -235,7 +238,7 @@ void GraphSession::save_plans(const std::string& path) const { plans_.save(path,
 
 bool GraphSession::load_plans(const std::string& path) {
   const bool ok =
-      plans_.load(path, graph_, graph_hash_, backend_->name(), [&](const Node& node) { return choose_kernel(node); });
+      plans_.load(path, *graph_, graph_hash_, backend_->name(), [&](const Node& node) { return choose_kernel(node); });
   stats_.plans = plans_.stats();
   return ok;
 }

@@ -8,8 +8,6 @@ namespace tessera {
 
 namespace {
 
-NodeId rep_of(std::span<const NodeId> rep, NodeId id) { return rep.empty() ? id : rep[static_cast<size_t>(id)]; }
-
 bool elementwise(OpKind kind) { return kind == OpKind::Unary || kind == OpKind::Binary || kind == OpKind::Where; }
 
 // Per step: the index of the last step reading its node (steps.size() for the target), and the
@@ -19,8 +17,7 @@ struct Liveness {
   std::vector<int32_t> in_place_of;
 };
 
-Liveness liveness(const Graph& graph, NodeId target, std::span<const Step> steps, std::span<const uint8_t> kept,
-                  std::span<const NodeId> rep) {
+Liveness liveness(const Graph& graph, NodeId target, std::span<const Step> steps, std::span<const uint8_t> kept) {
   const int32_t n = static_cast<int32_t>(steps.size());
   Liveness live;
   live.last_use.assign(steps.size(), -1);
@@ -31,7 +28,7 @@ Liveness liveness(const Graph& graph, NodeId target, std::span<const Step> steps
   for (int32_t i = 0; i < n; ++i) step_of[steps[static_cast<size_t>(i)].node] = i;
   for (int32_t i = 0; i < n; ++i)
     for (NodeId in : graph.node(steps[static_cast<size_t>(i)].node).inputs)
-      if (auto it = step_of.find(rep_of(rep, in)); it != step_of.end()) live.last_use[static_cast<size_t>(it->second)] = i;
+      if (auto it = step_of.find(in); it != step_of.end()) live.last_use[static_cast<size_t>(it->second)] = i;
   if (auto it = step_of.find(target); it != step_of.end()) live.last_use[static_cast<size_t>(it->second)] = n;
   for (int32_t i = 0; i < n; ++i) {
     const Step& step = steps[static_cast<size_t>(i)];
@@ -39,7 +36,7 @@ Liveness liveness(const Graph& graph, NodeId target, std::span<const Step> steps
     if (!elementwise(node.kind) || kept[static_cast<size_t>(step.node)]) continue;
     const Box extent = step.compute.bounding_box();
     for (NodeId in : node.inputs) {
-      auto it = step_of.find(rep_of(rep, in));
+      auto it = step_of.find(in);
       if (it == step_of.end()) continue;
       const int32_t j = it->second;
       const Step& donor = steps[static_cast<size_t>(j)];
@@ -63,9 +60,9 @@ int64_t bucket_extent(int64_t extent, int64_t dim) {
 }
 
 PlanPattern plan_pattern(const Graph& graph, uint64_t graph_hash, std::string_view backend, NodeId target,
-                         std::span<const Step> steps, std::span<const uint8_t> kept, std::span<const NodeId> rep) {
+                         std::span<const Step> steps, std::span<const uint8_t> kept) {
   PlanPattern p;
-  const Liveness live = liveness(graph, target, steps, kept, rep);
+  const Liveness live = liveness(graph, target, steps, kept);
   p.words.reserve(4 + steps.size() * 6);
   p.words.push_back(static_cast<int64_t>(graph_hash));
   p.words.push_back(static_cast<int64_t>(XXH3_64bits(backend.data(), backend.size())));

@@ -29,15 +29,13 @@ namespace tessera {
 // Extent of a buffer dimension rounded up to its bucket: the next power of two, at most `dim`.
 int64_t bucket_extent(int64_t extent, int64_t dim);
 
-// The pattern of a read, built from its steps. `kept[id]` is the cache policy's decision;
-// `rep` maps nodes to their cse representative (empty: identity).
+// The pattern of a read, built from its steps. `kept[id]` is the cache policy's decision.
 struct PlanPattern {
   uint64_t key = 0;
   std::vector<int64_t> words;  // the exact pattern the key hashes
 };
 PlanPattern plan_pattern(const Graph& graph, uint64_t graph_hash, std::string_view backend, NodeId target,
-                         std::span<const Step> steps, std::span<const uint8_t> kept,
-                         std::span<const NodeId> rep);
+                         std::span<const Step> steps, std::span<const uint8_t> kept);
 
 struct PlanStep {
   NodeId node = -1;

@@ -32,7 +32,6 @@ void plan_read(const Graph& graph, NodeId target, const Box& box, const ReadStat
   if (scratch.need.size() < static_cast<size_t>(graph.size())) scratch.need.resize(static_cast<size_t>(graph.size()));
   for (NodeId id : scratch.touched) scratch.need[static_cast<size_t>(id)].clear();
   scratch.touched.clear();
-  auto rep_of = [&](NodeId id) { return state.rep.empty() ? id : state.rep[static_cast<size_t>(id)]; };
   auto want_of = [&](NodeId id) -> Region& {
     Region& r = scratch.need[static_cast<size_t>(id)];
     if (r.empty()) {
@@ -65,7 +64,7 @@ void plan_read(const Graph& graph, NodeId target, const Box& box, const ReadStat
     for (const Box& b : missing.boxes()) {
       def.needed(graph, node, b, std::span<Box>(input_boxes.data(), input_boxes.size()));
       for (size_t k = 0; k < node.inputs.size(); ++k)
-        if (!input_boxes[k].empty()) want_of(rep_of(node.inputs[k])).add(input_boxes[k]);
+        if (!input_boxes[k].empty()) want_of(node.inputs[k]).add(input_boxes[k]);
     }
     steps.push_back(Step{id, std::move(missing)});
   }

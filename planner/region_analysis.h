@@ -23,7 +23,6 @@ struct Step {
 // What region analysis reads of a session's state. All spans have one entry per node.
 struct ReadState {
   std::span<const Region> valid;   // valid region of every node
-  std::span<const NodeId> rep;     // representative after cse (empty span: every node is its own)
   std::span<const uint8_t> fixed;  // 1: never computed, always valid (inputs, constants, folded)
   int max_boxes = 16;              // need regions with more boxes are widened to their bounding box
 };
