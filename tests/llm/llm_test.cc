@@ -119,6 +119,8 @@ TEST_CASE("llm: decode computes one row of every non-attention node, bitwise equ
       ids.push_back(argmax(row));
       s->write("ids", Box{{t, t + 1}}, std::vector<int32_t>{ids.back()});
       row = logits_row(*s, t, vocab);
+      // Decode steps share one plan: the first step compiles it, later ones hit the cache.
+      CHECK(s->stats().plan_cache_hit == (step > 0));
       for (NodeId id = 0; id < g.size(); ++id) {
         const Node& n = g.node(id);
         CAPTURE(op_display_name(n));
@@ -129,6 +131,7 @@ TEST_CASE("llm: decode computes one row of every non-attention node, bitwise equ
       std::vector<float> want = logits_row(*fresh, t, vocab);
       REQUIRE(std::memcmp(want.data(), row.data(), row.size() * sizeof(float)) == 0);
     }
+    CHECK(s->stats().plans.size == 2);  // the prompt's plan and the decode plan
   }
 }
 
