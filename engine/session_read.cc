@@ -170,7 +170,10 @@ Explanation GraphSession::explain(std::string_view output, const Box& box) const
     Explanation::Entry entry{e.node, op_display_name(graph_->node(e.node)), e.want, e.compute,
                              e.want.volume() - e.compute.volume(), ""};
     const size_t i = static_cast<size_t>(e.node);
-    if (fixed_[i]) entry.why = graph_->node(e.node).kind == OpKind::Input ? "input" : "constant (folded at creation)";
+    const NodeId user = to_user_[i];
+    const OpKind user_kind = user >= 0 ? user_.node(user).kind : OpKind::Constant;
+    if (fixed_[i])
+      entry.why = user_kind == OpKind::Input ? "input" : user_kind == OpKind::Constant ? "constant" : "folded at creation";
     else if (e.compute.empty()) entry.why = "valid";
     else if (!kept_[i]) entry.why = "transient (not kept between reads)";
     else if (dirtied_by_[i] < 0) entry.why = valid_[i].empty() ? "never computed" : "not computed yet";
@@ -178,7 +181,6 @@ Explanation GraphSession::explain(std::string_view output, const Box& box) const
       entry.why = "an earlier write dirtied it";
       for (const WriteRecord& w : write_log_)
         if (w.sequence == dirtied_by_[i]) entry.why = absl::StrCat(w.what, " dirtied it");
-      if (entry.compute.volume() > 0 && valid_[i].empty()) absl::StrAppend(&entry.why, " (or never computed)");
     }
     result.elements += entry.compute.volume();
     result.entries.push_back(std::move(entry));
