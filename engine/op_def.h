@@ -6,6 +6,7 @@
 //   elements inside `dirty` of input i change (sound; exact where the structure allows).
 // - needed(output box) sets, per input, a box such that the op's output on `out` depends only on
 //   those input elements (an empty box means the input is not read).
+// - decompose(inputs, node) (composite ops only; see `decompose` below).
 #pragma once
 
 #include <span>
@@ -26,9 +27,33 @@ struct OpDef {
                   Region& out) = nullptr;
   void (*needed)(const Graph& graph, const Node& node, const Box& out,
                  std::span<Box> inputs) = nullptr;
+  // Composite ops: adds the op's decomposition into primitive ops to the graph of inputs[0] and
+  // returns its result, which has node.shape and node.dtype. `inputs` are the node's inputs, in
+  // order, as tensors of that graph (of the node's shapes and dtypes); the node (possibly of
+  // another graph; callers pass a copy, see below) supplies only attributes, shape and dtype.
+  // Returns Tensor{} (graph == nullptr) when this node has no decomposition (a primitive unary
+  // function, a quantised linear weight). nullptr for primitive ops. Throws Error like the
+  // builders it calls.
+  Tensor (*decompose)(std::span<const Tensor> inputs, const Node& node) = nullptr;
 };
 
 const OpDef& op_def(OpKind kind);
+
+// The decomposition of `node` built over `inputs` (see OpDef::decompose): the reference
+// semantics of a composite op written with primitives, the way a user writes it in PyTorch. It
+// is the oracle for fused kernels, the fallback for a backend without one and the pattern the
+// fusion pass matches. Decompositions use only primitive ops, except that attention's uses the
+// softmax op and silu's the sigmoid function (composites themselves): a pass that fuses
+// bottom-up has already fused those when it reaches the outer pattern. Constants are the
+// reference kernel's, rounded to the node's dtype by Graph::scalar.
+// Ops with one: softmax/log_softmax, rms_norm, layer_norm, group_norm, rope, rope_multi,
+// upsample, attention, linear with a float weight, and the unary functions sigmoid, silu,
+// gelu_tanh and gelu_erf (through the erf primitive). Rotary angles are computed in f32 (as HF
+// does), where the reference kernels use double: values agree within kernel tolerance, not bitwise.
+// `node` may belong to the graph of `inputs` (it is copied first: that graph grows).
+// Returns Tensor{} when the op has none. Throws Error("[op] ...") when `inputs` do not match
+// the node's arity, or when the result's shape or dtype differs from the node's.
+Tensor decompose(const Node& node, std::span<const Tensor> inputs);
 
 // The definition blocks, one per kind of the op list (k##Kind##Def, in engine/ops_*.cc).
 #define TESSERA_OP_DEF_DECL(kind, name) extern const OpDef k##kind##Def;

@@ -23,6 +23,27 @@ const OpDef& op_def(OpKind kind) {
   return *kDefs[index];
 }
 
+Tensor decompose(const Node& node, std::span<const Tensor> inputs) {
+  const OpDef& def = op_def(node.kind);
+  if (def.decompose == nullptr) return Tensor{};
+  const std::string name = op_display_name(node);
+  if (inputs.size() != node.inputs.size())
+    fail(name, absl::StrCat("decomposition needs ", node.inputs.size(), " inputs, got ",
+                            inputs.size()));
+  for (const Tensor& t : inputs)
+    if (t.graph == nullptr || t.graph != inputs[0].graph)
+      fail(name, "decomposition inputs must be tensors of one graph");
+  // A copy: the node may live in the graph the decomposition grows (its arena may move).
+  const Node copy = node;
+  const Tensor result = def.decompose(inputs, copy);
+  if (result.graph == nullptr) return result;
+  if (result.shape() != copy.shape || result.dtype() != copy.dtype)
+    fail(name, absl::StrCat("decomposition gives ", dtype_name(result.dtype()), " ",
+                            shape_string(result.shape()), ", the op ", dtype_name(copy.dtype), " ",
+                            shape_string(copy.shape)));
+  return result;
+}
+
 std::string op_display_name(const Node& node) {
   return std::visit([](const auto& attrs) { return attrs.to_string(); }, node.attrs);
 }

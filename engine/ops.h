@@ -28,7 +28,7 @@ class Graph;
 
 enum class UnaryFn : int64_t {
   Neg, Exp, Log, Sqrt, Rsqrt, Abs, Sign, Reciprocal, Relu, Sigmoid, Tanh, Sin, Cos,
-  GeluTanh, GeluErf, Silu, Floor, Ceil, Round, Count,
+  GeluTanh, GeluErf, Silu, Floor, Ceil, Round, Erf, Count,
 };
 enum class BinaryFn : int64_t {
   Add, Sub, Mul, Div, Pow, Minimum, Maximum, Eq, Ne, Lt, Le, Gt, Ge, Count,
@@ -303,6 +303,7 @@ Tensor silu(Tensor x);
 Tensor floor(Tensor x);
 Tensor ceil(Tensor x);
 Tensor round(Tensor x);
+Tensor erf(Tensor x);
 
 // Binary with numpy broadcasting; both inputs must have the same dtype. Comparisons give bool.
 Tensor binary(BinaryFn fn, Tensor a, Tensor b);

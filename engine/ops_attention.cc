@@ -2,6 +2,8 @@
 // a rule derived from matmul + mask + softmax would make every row dirty.
 #include <algorithm>
 #include <cmath>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "engine/op_def.h"
@@ -20,6 +22,12 @@ namespace tessera {
 // [s, s + window); this is what makes the KV cache emerge: appending key row t dirties only
 // query rows >= t, and query row t reads key rows [0 or t - window + 1, t]. Values only mix
 // within a column. Non-causal: any key/value dirt reaches every query row.
+// Decomposition (as HF eager attention): permute to head-major [..., H, T, D], repeat kv heads
+// (expand + reshape, HF repeat_kv), scores = q @ k^T * scale, softcap * tanh(scores / softcap)
+// when softcap > 0, causal/window mask where(visible, scores, -inf) with visible built from
+// aranges (j <= i, and j > i - window), the softmax op over keys, @ v, permute back. It uses
+// the softmax op (a composite) so that fusion, bottom-up, sees it already fused. Its derived
+// rules would dirty every query row for one dirty key row: the op's rules are strictly tighter.
 namespace {
 
 struct AttentionGeometry {
@@ -139,6 +147,51 @@ void attention_infer(const Graph& g, Node& node) {
   node.dtype = q.dtype;
 }
 
+// [..., Hkv, S, D] -> [..., Hkv * group, S, D], kv head h serving query heads h * group + i.
+Tensor repeat_kv(Tensor x, int64_t group) {
+  if (group == 1) return x;
+  const int head = x.rank() - 3;
+  Shape spread = x.shape();
+  spread.insert(spread.begin() + head + 1, 1);
+  Shape tiled = spread;
+  tiled[static_cast<size_t>(head + 1)] = group;
+  Shape merged = x.shape();
+  merged[static_cast<size_t>(head)] *= group;
+  return reshape(expand(reshape(x, spread), tiled), merged);
+}
+
+Tensor attention_decompose(std::span<const Tensor> inputs, const Node& node) {
+  const AttentionAttrs& a = node.attrs_as<AttentionAttrs>();
+  Graph& g = *inputs[0].graph;
+  const DType dtype = node.dtype;
+  const int rank = node.rank();
+  std::vector<int64_t> swap_rows_heads(static_cast<size_t>(rank));
+  for (int d = 0; d < rank; ++d) swap_rows_heads[static_cast<size_t>(d)] = d;
+  std::swap(swap_rows_heads[static_cast<size_t>(rank - 3)],
+            swap_rows_heads[static_cast<size_t>(rank - 2)]);
+  const Tensor q = permute(inputs[0], swap_rows_heads);
+  const int64_t group = q.dim(-3) / inputs[1].dim(-2);
+  const Tensor k = repeat_kv(permute(inputs[1], swap_rows_heads), group);
+  const Tensor v = repeat_kv(permute(inputs[2], swap_rows_heads), group);
+  Tensor scores = matmul(q, transpose(k, -1, -2)) * g.scalar(static_cast<float>(a.scale), dtype);
+  if (a.softcap > 0) {
+    const Tensor cap = g.scalar(static_cast<float>(a.softcap), dtype);
+    scores = cap * tanh(scores / cap);
+  }
+  if (a.causal) {
+    const int64_t t = q.dim(-2), s = k.dim(-2);
+    const Tensor rows = reshape(arange(g, t, 0, 1, DType::I64), {t, 1});
+    const Tensor cols = arange(g, s, 0, 1, DType::I64);
+    Tensor visible = le(cols, rows);
+    if (a.window > 0) {
+      const Tensor window = g.scalar(static_cast<float>(a.window), DType::I64);
+      visible = minimum(visible, gt(cols, rows - window));  // and
+    }
+    scores = where(visible, scores, g.scalar(-INFINITY, dtype));
+  }
+  return permute(matmul(softmax(scores, -1), v), swap_rows_heads);
+}
+
 }  // namespace
 
 std::string AttentionAttrs::to_string() const {
@@ -154,6 +207,7 @@ const OpDef kAttentionDef{
     .infer = attention_infer,
     .forward = attention_forward,
     .needed = attention_needed,
+    .decompose = attention_decompose,
 };
 
 Tensor attention(Tensor q, Tensor k, Tensor v, const AttentionParams& p) {

@@ -1,4 +1,5 @@
 // Elementwise ops: unary, binary (broadcasting), where, cast.
+#include <cmath>
 #include <iterator>
 
 #include "absl/strings/str_cat.h"
@@ -57,7 +58,7 @@ static void broadcast_needed_rule(const Graph& g, const Node& node, const Box& o
 std::string_view fn_name(UnaryFn fn) {
   static constexpr std::string_view kNames[] = {
       "neg", "exp", "log", "sqrt", "rsqrt", "abs", "sign", "reciprocal", "relu", "sigmoid",
-      "tanh", "sin", "cos", "gelu_tanh", "gelu_erf", "silu", "floor", "ceil", "round"};
+      "tanh", "sin", "cos", "gelu_tanh", "gelu_erf", "silu", "floor", "ceil", "round", "erf"};
   const auto i = static_cast<size_t>(fn);
   return i < std::size(kNames) ? kNames[i] : "?";
 }
@@ -65,6 +66,28 @@ std::string UnaryAttrs::to_string() const { return "unary." + std::string(fn_nam
 
 static bool unary_accepts_integers(UnaryFn fn) {
   return fn == UnaryFn::Neg || fn == UnaryFn::Abs || fn == UnaryFn::Sign || fn == UnaryFn::Relu;
+}
+
+// Decompositions of the composite functions, with the reference kernel's constants: sigmoid
+// 1 / (1 + exp(-x)); silu x * sigmoid(x); gelu_tanh (as HF's NewGELU)
+// 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3))); gelu_erf
+// 0.5 * x * (1 + erf(x / sqrt(2))). The other functions are primitive (Tensor{}).
+static Tensor unary_decompose(std::span<const Tensor> inputs, const Node& node) {
+  const Tensor x = inputs[0];
+  auto c = [&](double value) { return x.graph->scalar(static_cast<float>(value), node.dtype); };
+  switch (node.attrs_as<UnaryAttrs>().fn) {
+    case UnaryFn::Sigmoid:
+      return c(1.0) / (c(1.0) + exp(neg(x)));
+    case UnaryFn::Silu:
+      return x * sigmoid(x);
+    case UnaryFn::GeluTanh:
+      return c(0.5) * x *
+             (c(1.0) + tanh(c(std::sqrt(2.0 / M_PI)) * (x + c(0.044715) * pow(x, c(3.0)))));
+    case UnaryFn::GeluErf:
+      return c(0.5) * x * (c(1.0) + erf(x / c(std::sqrt(2.0))));
+    default:
+      return Tensor{};
+  }
 }
 
 const OpDef kUnaryDef{
@@ -83,6 +106,7 @@ const OpDef kUnaryDef{
         },
     .forward = identity_forward,
     .needed = identity_needed,
+    .decompose = unary_decompose,
 };
 
 Tensor unary(UnaryFn fn, Tensor x) {
@@ -110,6 +134,7 @@ Tensor silu(Tensor x) { return unary(UnaryFn::Silu, x); }
 Tensor floor(Tensor x) { return unary(UnaryFn::Floor, x); }
 Tensor ceil(Tensor x) { return unary(UnaryFn::Ceil, x); }
 Tensor round(Tensor x) { return unary(UnaryFn::Round, x); }
+Tensor erf(Tensor x) { return unary(UnaryFn::Erf, x); }
 
 // ---- binary: BinaryAttrs {fn} -------------------------------------------------------------
 std::string_view fn_name(BinaryFn fn) {

@@ -36,6 +36,19 @@ static void linear_needed(const Graph& g, const Node& node, const Box& out, std:
   inputs[1] = bw;
 }
 
+// Decomposition (float weights): matmul(x, transpose(weight)) as x @ w.T, the weight cast to
+// x's dtype first when it differs; x of rank 1 is viewed as one row. A quantised weight has
+// none: dequantisation happens inside the kernel and is not an op.
+static Tensor linear_decompose(std::span<const Tensor> inputs, const Node& node) {
+  const Tensor x = inputs[0];
+  Tensor w = inputs[1];
+  if (is_quantized(w.dtype())) return Tensor{};
+  if (w.dtype() != x.dtype()) w = cast(w, x.dtype());
+  const Tensor wt = transpose(w, 0, 1);
+  if (x.rank() >= 2) return matmul(x, wt);
+  return reshape(matmul(reshape(x, {1, x.dim(0)}), wt), node.shape);
+}
+
 std::string LinearAttrs::to_string() const { return "linear"; }
 
 const OpDef kLinearDef{
@@ -60,6 +73,7 @@ const OpDef kLinearDef{
         },
     .forward = linear_forward,
     .needed = linear_needed,
+    .decompose = linear_decompose,
 };
 
 Tensor linear(Tensor x, Tensor weight) {

@@ -1,8 +1,7 @@
-// Neural-network ops with their own region rules: rope, conv2d, pool2d, upsample (nearest),
-// rope_multi.
-// Attention has its own file (engine/ops_attention.cc).
+// Neural-network ops with their own region rules: conv2d, pool2d, upsample (nearest).
+// Attention (engine/ops_attention.cc) and rope, rope_multi (engine/ops_rope.cc) have their own
+// files.
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <limits>
 #include <utility>
@@ -75,118 +74,6 @@ void set_empty(const Graph& g, const Node& node, std::span<Box> inputs) {
 }
 
 }  // namespace
-
-// ---- rope(x [..., T, H, D] float, positions [T] i32/i64) ----------------------------------
-// RopeAttrs {n_rot, base, mode, freq_scale}. Pair i in [0, n_rot / 2) turns by
-// theta = pos[t] * freq_scale * base^(-2i / n_rot): HalfSplit pairs (i, i + n_rot / 2) (NeoX, HF
-// rotate_half), Interleaved pairs (2i, 2i + 1) (GPT-J, llama.cpp normal mode).
-// out_a = x_a cos - x_b sin, out_b = x_a sin + x_b cos, in double; dims >= n_rot pass through.
-// Rules: a column depends on itself and its pair partner (exact: up to three column intervals);
-// a position changes the rotated columns of its row, for every head and leading index.
-namespace {
-
-// Columns paired with some column of `cols`, as up to two intervals (they may overlap `cols`).
-std::array<Interval, 2> rope_partners(Interval cols, int64_t n_rot, RopeMode mode) {
-  const int64_t half = n_rot / 2;
-  if (mode == RopeMode::HalfSplit) {
-    const Interval lower(cols.begin, std::min(cols.end, half));
-    const Interval upper(std::max(cols.begin, half), std::min(cols.end, n_rot));
-    return {lower.empty() ? Interval() : Interval(lower.begin + half, lower.end + half),
-            upper.empty() ? Interval() : Interval(upper.begin - half, upper.end - half)};
-  }
-  // Interleaved: rounding the rotated part out to even boundaries adds exactly the partners.
-  const Interval rotated(cols.begin, std::min(cols.end, n_rot));
-  if (rotated.empty()) return {};
-  return {Interval(rotated.begin & ~int64_t{1}, (rotated.end + 1) & ~int64_t{1}), Interval()};
-}
-
-void rope_forward(const Graph&, const Node& node, int input, const Box& dirty, Region& out) {
-  if (dirty.empty()) return;
-  const int rank = node.rank();
-  const RopeAttrs& a = node.attrs_as<RopeAttrs>();
-  const int64_t n_rot = a.n_rot;
-  if (input == 1) {
-    Box b = Box::full(node.shape);
-    b[rank - 3] = dirty[0];
-    b[rank - 1] = Interval(0, n_rot);
-    out.add(b);
-    return;
-  }
-  out.add(dirty);
-  Box b = dirty;
-  for (Interval cols : rope_partners(dirty[rank - 1], n_rot, a.mode)) {
-    if (cols.empty()) continue;
-    b[rank - 1] = cols;
-    out.add(b);
-  }
-}
-
-void rope_needed(const Graph& g, const Node& node, const Box& out, std::span<Box> inputs) {
-  if (out.empty()) return set_empty(g, node, inputs);
-  const int rank = node.rank();
-  const RopeAttrs& a = node.attrs_as<RopeAttrs>();
-  const int64_t n_rot = a.n_rot;
-  Box x = out;
-  for (Interval cols : rope_partners(out[rank - 1], n_rot, a.mode))
-    if (!cols.empty())
-      x[rank - 1] =
-          Interval(std::min(x[rank - 1].begin, cols.begin), std::max(x[rank - 1].end, cols.end));
-  inputs[0] = x;
-  // Pass-through columns do not read the positions.
-  inputs[1] = out[rank - 1].begin < n_rot ? Box{out[rank - 3]} : Box::of_rank(1);
-}
-
-void rope_infer(const Graph& g, Node& node) {
-  const RopeAttrs& a = node.attrs_as<RopeAttrs>();
-  const Node& x = input_node(g, node, 0);
-  const Node& positions = input_node(g, node, 1);
-  if (x.rank() < 3)
-    fail("rope",
-         absl::StrCat("x must have rank >= 3 ([..., T, H, D]), got ", shape_string(x.shape)));
-  if (!is_float(x.dtype)) fail("rope", absl::StrCat("x must be float, got ", dtype_name(x.dtype)));
-  if (!is_integer(positions.dtype))
-    fail("rope", absl::StrCat("positions must be i32 or i64, got ", dtype_name(positions.dtype)));
-  const int64_t t = x.shape[static_cast<size_t>(x.rank() - 3)];
-  if (positions.rank() != 1 || positions.shape[0] != t)
-    fail("rope",
-         absl::StrCat("positions must have shape [", t, "], got ", shape_string(positions.shape)));
-  const int64_t n_rot = a.n_rot;
-  const int64_t d = x.shape.back();
-  if (n_rot <= 0 || n_rot % 2 != 0 || n_rot > d)
-    fail("rope", absl::StrCat("n_rot must be even and in [2, ", d, "], got ", n_rot));
-  if (a.mode != RopeMode::HalfSplit && a.mode != RopeMode::Interleaved)
-    fail("rope", absl::StrCat("unknown mode ", static_cast<int64_t>(a.mode)));
-  if (!(a.base > 0) || !std::isfinite(a.base))
-    fail("rope", absl::StrCat("base must be positive, got ", a.base));
-  if (!std::isfinite(a.freq_scale)) fail("rope", "freq_scale must be finite");
-  node.shape = x.shape;
-  node.dtype = x.dtype;
-}
-
-}  // namespace
-
-std::string RopeAttrs::to_string() const {
-  return absl::StrCat("rope{n_rot=", n_rot, ",base=", base,
-                      mode == RopeMode::HalfSplit ? ",half_split" : ",interleaved",
-                      freq_scale != 1.0 ? absl::StrCat(",freq_scale=", freq_scale) : "", "}");
-}
-
-const OpDef kRopeDef{
-    .name = "rope",
-    .min_inputs = 2,
-    .max_inputs = 2,
-    .infer = rope_infer,
-    .forward = rope_forward,
-    .needed = rope_needed,
-};
-
-Tensor rope(Tensor x, Tensor positions, int64_t n_rot, double base, RopeMode mode,
-            double freq_scale) {
-  if (x.graph == nullptr) fail("rope", "empty tensor");
-  Tensor in[] = {x, positions};
-  return x.graph->add_node(
-      in, RopeAttrs{.n_rot = n_rot, .base = base, .mode = mode, .freq_scale = freq_scale});
-}
 
 // ---- conv2d(x [N, C, H, W], weight [O, C / groups, KH, KW], bias [O] optional) -> [N, O, OH, OW]
 // Conv2dAttrs {stride, pad, dilation (h and w), groups}; bias present with 3 inputs; zero padding;
@@ -390,7 +277,23 @@ Tensor pool2d(Tensor x, PoolKind kind, int64_t kernel, int64_t stride, int64_t p
 // ---- upsample(x [..., H, W]) -> [..., H * scale, W * scale], nearest neighbour ---------------
 // UpsampleAttrs {scale}; out[i] = in[i / scale] on the last two dims; any dtype (a pure copy).
 // Rules: [a, b) -> [a * scale, b * scale); needed [a / scale, (b - 1) / scale + 1).
+// Decomposition: x[..., :, None, :, None] expanded to [..., H, scale, W, scale] and reshaped to
+// the output (leading dims merged first when the rank would exceed kMaxRank).
 namespace {
+
+Tensor upsample_decompose(std::span<const Tensor> inputs, const Node& node) {
+  const int64_t scale = node.attrs_as<UpsampleAttrs>().scale;
+  Tensor x = inputs[0];
+  Shape lead(x.shape().begin(), x.shape().end() - 2);
+  const int64_t h = x.dim(-2), w = x.dim(-1);
+  if (x.rank() + 2 > kMaxRank) lead = Shape{shape_volume(lead)};
+  Shape spread = lead, tiled = lead;
+  for (int64_t d : {h, w}) {
+    spread.insert(spread.end(), {d, 1});
+    tiled.insert(tiled.end(), {d, scale});
+  }
+  return reshape(expand(reshape(x, spread), tiled), node.shape);
+}
 
 void upsample_forward(const Graph&, const Node& node, int, const Box& dirty, Region& out) {
   if (dirty.empty()) return;
@@ -436,135 +339,13 @@ const OpDef kUpsampleDef{
         },
     .forward = upsample_forward,
     .needed = upsample_needed,
+    .decompose = upsample_decompose,
 };
 
 Tensor upsample_nearest(Tensor x, int64_t scale) {
   if (x.graph == nullptr) fail("upsample", "empty tensor");
   Tensor in[] = {x};
   return x.graph->add_node(in, UpsampleAttrs{scale});
-}
-
-// ---- rope_multi(x [..., T, H, D] float, positions [T, A] i32/i64) --------------------------
-// RopeMultiAttrs {axes_dims d_0..d_{A-1} (each even, > 0, sum R <= D), base}. Axis a owns the
-// columns [o_a, o_a + d_a), o_a = sum_{j<a} d_j; its pair i (columns o_a + 2i, o_a + 2i + 1)
-// turns by theta = pos[t, a] * base^(-2i / d_a) like interleaved rope (Flux / diffusers
-// apply_rotary_emb with real/unbind on the last dim); columns >= R pass through.
-// Rules: every o_a is even, so over [0, R) the pairs are the even-aligned column pairs: a column
-// depends on itself and its partner (rounding the rotated part out to even bounds is exact).
-// Position element (t, a) changes the columns of axis a in row t, for every head and leading
-// index; an output box reads the positions of its rows and of the axes its columns touch.
-namespace {
-
-// Axes [first, last) whose column blocks meet the columns `cols` (empty when none do).
-std::pair<int64_t, int64_t> rope_multi_axes(const Ints& dims, Interval cols) {
-  int64_t first = -1, last = -1, offset = 0;
-  for (int64_t a = 0; a < static_cast<int64_t>(dims.size()); ++a) {
-    if (cols.begin < offset + dims[a] && offset < cols.end) {
-      if (first < 0) first = a;
-      last = a + 1;
-    }
-    offset += dims[a];
-  }
-  return first < 0 ? std::pair<int64_t, int64_t>{0, 0} : std::pair{first, last};
-}
-
-int64_t rope_multi_offset(const Ints& dims, int64_t axis) {
-  int64_t offset = 0;
-  for (int64_t a = 0; a < axis; ++a) offset += dims[a];
-  return offset;
-}
-
-// Columns of `cols` widened by their pair partners inside the rotated part [0, rotated).
-Interval rope_multi_pairs(Interval cols, int64_t rotated) {
-  const Interval inside(cols.begin, std::min(cols.end, rotated));
-  if (inside.empty()) return cols;
-  return Interval(std::min(cols.begin, inside.begin & ~int64_t{1}),
-                  std::max(cols.end, (inside.end + 1) & ~int64_t{1}));
-}
-
-void rope_multi_forward(const Graph&, const Node& node, int input, const Box& dirty,
-                        Region& out) {
-  if (dirty.empty()) return;
-  const int rank = node.rank();
-  const Ints& dims = node.attrs_as<RopeMultiAttrs>().axes_dims;
-  if (input == 1) {
-    Box b = Box::full(node.shape);
-    b[rank - 3] = dirty[0];
-    b[rank - 1] = Interval(rope_multi_offset(dims, dirty[1].begin),
-                           rope_multi_offset(dims, dirty[1].end));
-    out.add(b);
-    return;
-  }
-  Box b = dirty;
-  b[rank - 1] = rope_multi_pairs(dirty[rank - 1], rope_multi_offset(dims, std::ssize(dims)));
-  out.add(b);
-}
-
-void rope_multi_needed(const Graph& g, const Node& node, const Box& out, std::span<Box> inputs) {
-  if (out.empty()) return set_empty(g, node, inputs);
-  const int rank = node.rank();
-  const Ints& dims = node.attrs_as<RopeMultiAttrs>().axes_dims;
-  Box x = out;
-  x[rank - 1] = rope_multi_pairs(out[rank - 1], rope_multi_offset(dims, std::ssize(dims)));
-  inputs[0] = x;
-  const auto [first, last] = rope_multi_axes(dims, out[rank - 1]);
-  // Pass-through columns do not read the positions.
-  inputs[1] = first < last ? Box{out[rank - 3], {first, last}} : Box::of_rank(2);
-}
-
-void rope_multi_infer(const Graph& g, Node& node) {
-  const RopeMultiAttrs& a = node.attrs_as<RopeMultiAttrs>();
-  const Node& x = input_node(g, node, 0);
-  const Node& positions = input_node(g, node, 1);
-  if (x.rank() < 3)
-    fail("rope_multi",
-         absl::StrCat("x must have rank >= 3 ([..., T, H, D]), got ", shape_string(x.shape)));
-  if (!is_float(x.dtype))
-    fail("rope_multi", absl::StrCat("x must be float, got ", dtype_name(x.dtype)));
-  if (!is_integer(positions.dtype))
-    fail("rope_multi",
-         absl::StrCat("positions must be i32 or i64, got ", dtype_name(positions.dtype)));
-  if (a.axes_dims.empty()) fail("rope_multi", "needs at least one axis");
-  const int64_t t = x.shape[static_cast<size_t>(x.rank() - 3)];
-  const auto axes = static_cast<int64_t>(a.axes_dims.size());
-  if (positions.shape != Shape{t, axes})
-    fail("rope_multi", absl::StrCat("positions must have shape [", t, ", ", axes, "], got ",
-                                    shape_string(positions.shape)));
-  int64_t rotated = 0;
-  for (int64_t d : a.axes_dims) {
-    if (d <= 0 || d % 2 != 0)
-      fail("rope_multi", absl::StrCat("axes_dims must be even and > 0, got ", ints_string(a.axes_dims)));
-    rotated += d;
-  }
-  if (rotated > x.shape.back())
-    fail("rope_multi", absl::StrCat("axes_dims ", ints_string(a.axes_dims), " sum to ", rotated,
-                                    ", more than D = ", x.shape.back()));
-  if (!(a.base > 0) || !std::isfinite(a.base))
-    fail("rope_multi", absl::StrCat("base must be positive, got ", a.base));
-  node.shape = x.shape;
-  node.dtype = x.dtype;
-}
-
-}  // namespace
-
-std::string RopeMultiAttrs::to_string() const {
-  return absl::StrCat("rope_multi{axes_dims=", ints_string(axes_dims), ",base=", base, "}");
-}
-
-const OpDef kRopeMultiDef{
-    .name = "rope_multi",
-    .min_inputs = 2,
-    .max_inputs = 2,
-    .infer = rope_multi_infer,
-    .forward = rope_multi_forward,
-    .needed = rope_multi_needed,
-};
-
-Tensor rope_multi(Tensor x, Tensor positions, std::vector<int64_t> axes_dims, double base) {
-  if (x.graph == nullptr) fail("rope_multi", "empty tensor");
-  Tensor in[] = {x, positions};
-  return x.graph->add_node(
-      in, RopeMultiAttrs{.axes_dims = Ints(axes_dims.begin(), axes_dims.end()), .base = base});
 }
 
 }  // namespace tessera

@@ -1,5 +1,6 @@
 // Normalisations with their own exact rules: rms_norm, layer_norm (over the last axis) and
 // group_norm (over groups of channels and all spatial positions).
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -81,11 +82,23 @@ std::vector<Tensor> norm_inputs(std::string_view op, Tensor x, Tensor weight, Te
   return in;
 }
 
+// Scalar of a norm's dtype.
+Tensor scalar_like(Tensor x, double value) {
+  return x.graph->scalar(static_cast<float>(value), x.dtype());
+}
+
+// (x - mean) * rsqrt(biased variance + eps) with statistics over `axis`.
+Tensor standardize(Tensor x, int64_t axis, double eps) {
+  const Tensor centred = x - mean(x, {axis}, true);
+  return centred * rsqrt(mean(centred * centred, {axis}, true) + scalar_like(x, eps));
+}
+
 }  // namespace
 
 // ---- rms_norm(x, weight?): RmsNormAttrs {eps} ---------------------------------------------
 // x * 1 / sqrt(mean(x^2 over the last axis) + eps) * weight; weight [D] optional (present when
 // there are two inputs), same float dtype as x.
+// Decomposition: x * rsqrt(mean(x * x, -1, keepdims) + eps) * weight.
 std::string RmsNormAttrs::to_string() const { return eps_string("rmsnorm", eps); }
 
 const OpDef kRmsNormDef{
@@ -104,6 +117,13 @@ const OpDef kRmsNormDef{
         },
     .forward = row_norm_forward,
     .needed = row_norm_needed,
+    .decompose =
+        [](std::span<const Tensor> inputs, const Node& node) {
+          const Tensor x = inputs[0];
+          const double eps = node.attrs_as<RmsNormAttrs>().eps;
+          const Tensor y = x * rsqrt(mean(x * x, {-1}, true) + scalar_like(x, eps));
+          return inputs.size() > 1 ? y * inputs[1] : y;
+        },
 };
 
 Tensor rms_norm(Tensor x, Tensor weight, double eps) {
@@ -114,6 +134,8 @@ Tensor rms_norm(Tensor x, Tensor weight, double eps) {
 // ---- layer_norm(x, weight?, bias?): LayerNormAttrs {eps, has_weight, has_bias} ------------
 // (x - mean) / sqrt(var + eps) * weight + bias over the last axis, biased variance (like
 // torch). weight and bias [D], same float dtype as x; inputs are x, then the present ones.
+// Decomposition: xc = x - mean(x, -1, keepdims); xc * rsqrt(mean(xc * xc, -1, keepdims) + eps)
+// * weight + bias.
 std::string LayerNormAttrs::to_string() const { return eps_string("layernorm", eps); }
 
 const OpDef kLayerNormDef{
@@ -138,6 +160,14 @@ const OpDef kLayerNormDef{
         },
     .forward = row_norm_forward,
     .needed = row_norm_needed,
+    .decompose =
+        [](std::span<const Tensor> inputs, const Node& node) {
+          const LayerNormAttrs& a = node.attrs_as<LayerNormAttrs>();
+          Tensor y = standardize(inputs[0], -1, a.eps);
+          if (a.has_weight) y = y * inputs[1];
+          if (a.has_bias) y = y + inputs[a.has_weight ? 2 : 1];
+          return y;
+        },
 };
 
 Tensor layer_norm(Tensor x, Tensor weight, Tensor bias, double eps) {
@@ -155,6 +185,9 @@ Tensor layer_norm(Tensor x, Tensor weight, Tensor bias, double eps) {
 // parameter dirt in channels [a, b) -> every sample, channels [a, b), all spatial positions.
 // needed: x -> the box's samples, the whole groups of its channels, all spatial; parameters ->
 // the box's channels.
+// Decomposition (as torch's native group_norm): x reshaped to [N, groups, C / groups * spatial],
+// standardised over the last axis like layer_norm, reshaped back; then * weight + bias viewed as
+// [C, 1, ...] (one 1 per spatial dim).
 namespace {
 
 // Channels [a, b) widened to the whole groups they touch (groups of `size` channels).
@@ -191,6 +224,20 @@ void group_norm_needed(const Graph&, const Node& node, const Box& out, std::span
   for (size_t k = 1; k < inputs.size(); ++k) inputs[k] = Box{out[1]};
 }
 
+Tensor group_norm_decompose(std::span<const Tensor> inputs, const Node& node) {
+  const GroupNormAttrs& a = node.attrs_as<GroupNormAttrs>();
+  const Tensor x = inputs[0];
+  const Shape& shape = node.shape;
+  const int64_t groups = shape[0] * a.groups;
+  const Shape grouped = {shape[0], a.groups, shape_volume(shape) / std::max<int64_t>(1, groups)};
+  Tensor y = reshape(standardize(reshape(x, grouped), -1, a.eps), shape);
+  Shape per_channel(shape.size() - 1, 1);
+  per_channel[0] = shape[1];
+  if (a.has_weight) y = y * reshape(inputs[1], per_channel);
+  if (a.has_bias) y = y + reshape(inputs[a.has_weight ? 2 : 1], per_channel);
+  return y;
+}
+
 }  // namespace
 
 std::string GroupNormAttrs::to_string() const {
@@ -225,6 +272,7 @@ const OpDef kGroupNormDef{
         },
     .forward = group_norm_forward,
     .needed = group_norm_needed,
+    .decompose = group_norm_decompose,
 };
 
 Tensor group_norm(Tensor x, int64_t groups, Tensor weight, Tensor bias, double eps) {

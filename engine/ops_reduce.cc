@@ -222,6 +222,8 @@ Tensor cumsum(Tensor x, int64_t axis) {
 // exp(x - max) / sum(exp(x - max)) along the axis, or its log (x - max - log(sum)) when log is
 // set. Float only. Row statistics always cover the whole row, in order.
 // Rules: any dirt in a row -> the whole row (along the axis); output box needs full rows.
+// Decomposition: shifted = x - max(x, axis, keepdims); softmax = exp(shifted) / sum(exp(shifted),
+// axis, keepdims); log_softmax = shifted - log(sum(exp(shifted), axis, keepdims)).
 std::string SoftmaxAttrs::to_string() const {
   return absl::StrCat(log ? "log_softmax" : "softmax", "{axis=", axis, "}");
 }
@@ -249,6 +251,14 @@ const OpDef kSoftmaxDef{
           const int axis = static_cast<int>(node.attrs_as<SoftmaxAttrs>().axis);
           inputs[0] = out;
           if (!out.empty()) inputs[0][axis] = Interval(0, node.shape[axis]);
+        },
+    .decompose =
+        [](std::span<const Tensor> inputs, const Node& node) {
+          const SoftmaxAttrs& a = node.attrs_as<SoftmaxAttrs>();
+          const Tensor shifted = inputs[0] - max(inputs[0], {a.axis}, true);
+          const Tensor e = exp(shifted);
+          const Tensor total = sum(e, {a.axis}, true);
+          return a.log ? shifted - log(total) : e / total;
         },
 };
 

@@ -60,6 +60,8 @@ float unary_scalar(UnaryFn fn, float x) {
       return std::ceil(x);
     case UnaryFn::Round:
       return std::nearbyint(x);
+    case UnaryFn::Erf:
+      return std::erf(x);
     default:
       return x;
   }
@@ -82,6 +84,7 @@ bool unary_covered(UnaryFn fn) {
     case UnaryFn::Floor:
     case UnaryFn::Ceil:
     case UnaryFn::Round:
+    case UnaryFn::Erf:
       return true;
     default:
       return false;
@@ -175,6 +178,8 @@ __attribute__((always_inline)) inline __m256 unary_vector(UnaryFn fn, __m256 x) 
       return _mm256_ceil_ps(x);
     case UnaryFn::Round:
       return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    case UnaryFn::Erf:
+      return avx2::erf_relative(x);
     default:
       return x;
   }

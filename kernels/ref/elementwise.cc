@@ -40,6 +40,7 @@ double apply_unary(UnaryFn fn, double x) {
     case UnaryFn::Floor: return std::floor(x);
     case UnaryFn::Ceil: return std::ceil(x);
     case UnaryFn::Round: return std::nearbyint(x);  // default rounding mode: half to even
+    case UnaryFn::Erf: return std::erf(x);
     case UnaryFn::Count: break;
   }
   return x;

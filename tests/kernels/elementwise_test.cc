@@ -49,6 +49,7 @@ const UnaryCase kUnaryCases[] = {
     {UnaryFn::Silu, "silu", {-20, 20}, 8 * kUlp, 0},
     {UnaryFn::GeluTanh, "gelu_tanh", {-10, 10}, 8 * kUlp, 1e-7},
     {UnaryFn::GeluErf, "gelu_erf", {-10, 10}, 8 * kUlp, 2e-7},
+    {UnaryFn::Erf, "erf", {-4, 4}, 8 * kUlp, 0},
 };
 
 // NaN, infinities, signed zeros, and values near the ends of exp's range.

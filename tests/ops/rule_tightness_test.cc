@@ -21,7 +21,7 @@ namespace {
 const char* unary_name(UnaryFn fn) {
   static const char* names[] = {"neg",      "exp",  "log",     "sqrt", "rsqrt", "abs", "sign",
                                 "recip",    "relu", "sigmoid", "tanh", "sin",   "cos", "gelu_tanh",
-                                "gelu_erf", "silu", "floor",   "ceil", "round"};
+                                "gelu_erf", "silu", "floor",   "ceil", "round", "erf"};
   return names[static_cast<int>(fn)];
 }
 
