@@ -155,7 +155,7 @@ struct SideBySide {
       valid.push_back(source ? Region::full(n.shape) : Region(n.rank()));
       fixed.push_back(source ? 1 : 0);
     }
-    ReadState state{.valid = valid, .rep = {}, .fixed = fixed, .max_boxes = 1 << 20};
+    ReadState state{.valid = valid, .fixed = fixed, .max_boxes = 1 << 20};
     ReadScratch scratch;
     std::vector<Step> steps;
     std::vector<NeedEntry> explain;
