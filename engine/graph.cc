@@ -31,11 +31,23 @@ void Node::attrs_mismatch(OpKind wanted) const {
 
 namespace {
 
+template <class T>
+concept HasFields = requires(const T& value) { value.fields(); };
+template <class T>
+concept ListOfStructs = requires { typename T::value_type; } && HasFields<typename T::value_type>;
+
 // Feeds one attribute field by value (never padding bytes): integers and enums as int64,
-// bools as one byte, floats as double, lists and strings as their length then their elements.
+// bools as one byte, floats as double, structs with fields() field by field, lists and strings
+// as their length then their elements.
 template <class Feed, class T>
 void feed_field(Feed& feed, const T& value) {
-  if constexpr (std::is_same_v<T, bool>) {
+  if constexpr (HasFields<T>) {
+    std::apply([&](const auto&... f) { (feed_field(feed, f), ...); }, value.fields());
+  } else if constexpr (ListOfStructs<T>) {
+    const uint64_t n = value.size();
+    feed(&n, sizeof(n));
+    for (const auto& element : value) feed_field(feed, element);
+  } else if constexpr (std::is_same_v<T, bool>) {
     const uint8_t b = value ? 1 : 0;
     feed(&b, 1);
   } else if constexpr (std::is_enum_v<T> || std::is_integral_v<T>) {

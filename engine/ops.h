@@ -204,8 +204,7 @@ struct RopeMultiAttrs {
   double base = 10000.0;
   TESSERA_ATTRS(RopeMultiAttrs, axes_dims, base);
 };
-
-#undef TESSERA_ATTRS
+// FusedElementwiseAttrs (it names OpKind) follows the op list below.
 
 // ---- the op list ----------------------------------------------------------------------------
 #define TESSERA_OPS(X)        \
@@ -240,7 +239,8 @@ struct RopeMultiAttrs {
   X(Pool2d, pool2d)           \
   X(Upsample, upsample)       \
   X(Attention, attention)     \
-  X(RopeMulti, rope_multi)
+  X(RopeMulti, rope_multi)    \
+  X(FusedElementwise, fused_elementwise)
 
 enum class OpKind : uint8_t {
 #define TESSERA_OP_KIND(kind, name) kind,
@@ -248,6 +248,28 @@ enum class OpKind : uint8_t {
 #undef TESSERA_OP_KIND
   Count,
 };
+
+// One instruction of a fused elementwise program (FusedElementwiseAttrs). kind is Unary (fn is
+// a UnaryFn, operand a) or Binary (fn is an arithmetic BinaryFn, operands a and b). An operand
+// indexes the fused node's inputs (0 .. n_inputs - 1) or an earlier instruction's result
+// (n_inputs + j); unused operands are -1.
+struct FusedInstr {
+  OpKind kind = OpKind::Unary;
+  int64_t fn = 0;
+  int32_t a = -1;
+  int32_t b = -1;
+  friend bool operator==(const FusedInstr&, const FusedInstr&) = default;
+  auto fields() const { return std::tie(kind, fn, a, b); }
+};
+// A chain of f32 elementwise unary / binary (numpy-broadcasting) ops evaluated as one op; the
+// last instruction is the result. Each instruction rounds to f32 as the unfused op would.
+struct FusedElementwiseAttrs {
+  std::vector<FusedInstr> program;
+  // "fused_elementwise{mul(0,1),exp(3),add(4,2)}"
+  TESSERA_ATTRS(FusedElementwiseAttrs, program);
+};
+
+#undef TESSERA_ATTRS
 
 namespace detail {
 // std::variant of the listed types without the trailing sentinel.
@@ -414,6 +436,13 @@ Tensor attention(Tensor q, Tensor k, Tensor v, const AttentionParams& params);
 // [sum_{j<a} d_j, + d_a) of every head: pair i (dims 2i, 2i + 1 of that block) turns by
 // pos[t, a] * base^(-2i / d_a). Dims past sum(d_a) pass through.
 Tensor rope_multi(Tensor x, Tensor positions, std::vector<int64_t> axes_dims, double base = 10000.0);
+
+// A chain of elementwise ops as one node (built by the planner's fusion pass; also usable
+// directly): 1..16 f32 inputs, 1..64 instructions (FusedInstr above) over arithmetic unary and
+// binary functions (no comparisons), operands referring backwards only, every input and every
+// instruction result used. Shapes broadcast per instruction as binary() does; the output is the
+// last instruction's shape, f32. Values are bitwise those of the unfused chain on each backend.
+Tensor fused_elementwise(std::span<const Tensor> inputs, std::vector<FusedInstr> program);
 
 }  // namespace tessera
 

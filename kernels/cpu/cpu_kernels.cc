@@ -63,6 +63,8 @@ KernelFn optimised_kernel_for(const Graph& graph, const Node& node, Isa isa) {
       return unary_kernel(graph, node, isa);
     case OpKind::Binary:
       return binary_kernel(graph, node, isa);
+    case OpKind::FusedElementwise:
+      return fused_elementwise_kernel(graph, node, isa);
     case OpKind::RmsNorm:
       return rms_norm_kernel(graph, node, isa);
     case OpKind::Rope:

@@ -1,4 +1,5 @@
-// Optimised f32 unary and binary ops (semantics in kernels/ref/elementwise.cc).
+// Optimised f32 unary and binary ops (semantics in kernels/ref/elementwise.cc). The element maps
+// are shared with the fused elementwise kernel (fused.cc) through elementwise_internal.h.
 //
 // Exactness (DESIGN.md section 1): every element goes through the same function whatever its
 // position: rows are processed in vectors of 8 and a partial last vector is padded into a full
@@ -12,15 +13,14 @@
 #include "engine/ops.h"
 #include "kernels/cpu/box_rows.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/elementwise_internal.h"
 #include "kernels/cpu/simd_avx2.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace tessera::cpu {
 
-namespace {
-
-constexpr int64_t kChunk = 256;             // elements staged at a time for strided rows
-constexpr int64_t kMinChunkWork = 1 << 14;  // elements per parallel chunk, at least
+// Internal to kernels/cpu (elementwise_internal.h declares what fused.cc shares).
+namespace elementwise {
 
 // ---- element functions: a scalar form (portable) and an 8-lane form (AVX2) -------------------
 
@@ -123,10 +123,6 @@ bool binary_covered(BinaryFn fn) {
       return false;
   }
 }
-
-// Contiguous arrays of n elements: y = f(x) / y = f(a, b).
-using UnaryMap = void (*)(UnaryFn, const float*, float*, int64_t);
-using BinaryMap = void (*)(BinaryFn, const float*, const float*, float*, int64_t);
 
 void unary_map_portable(UnaryFn fn, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = unary_scalar(fn, x[i]);
@@ -257,57 +253,6 @@ void binary_map_avx2(BinaryFn fn, const float* a, const float* b, float* y, int6
 }
 #endif  // TESSERA_HAVE_AVX2_PATHS
 
-// ---- row drivers --------------------------------------------------------------------------------
-
-// One operand of an output row: element j of the row at data[j * step] (step 0: broadcast).
-struct RowOperand {
-  const float* data = nullptr;
-  int64_t step = 1;
-};
-
-// Contiguous elements [j, j + n) of an operand: the row itself or a staged copy in `buffer`.
-const float* stage(const RowOperand& op, int64_t j, int64_t n, float* buffer) {
-  if (op.step == 1) return op.data + j;
-  for (int64_t i = 0; i < n; ++i) buffer[i] = op.data[(j + i) * op.step];
-  return buffer;
-}
-
-// Input index of an output index under numpy broadcasting (kernels/ref/elementwise.cc).
-void broadcast_index(const Shape& in_shape, int out_rank, const int64_t* out_index,
-                     int64_t* in_index) {
-  const int offset = out_rank - static_cast<int>(in_shape.size());
-  for (int d = 0; d < static_cast<int>(in_shape.size()); ++d)
-    in_index[d] = in_shape[static_cast<size_t>(d)] == 1 ? 0 : out_index[d + offset];
-}
-
-RowOperand operand_row(const KernelArgs& args, int input, const int64_t* out_index) {
-  const Shape& shape = args.graph.node(args.node.inputs[static_cast<size_t>(input)]).shape;
-  const TensorView& view = args.inputs[static_cast<size_t>(input)];
-  int64_t index[kMaxRank];
-  broadcast_index(shape, args.node.rank(), out_index, index);
-  RowOperand op;
-  op.data = view.at<const float>(index);
-  const bool broadcast = shape.empty() || (shape.back() == 1 && args.node.shape.back() != 1);
-  op.step = broadcast ? 0 : view.strides[shape.size() - 1];
-  return op;
-}
-
-template <class RowFn>
-void for_rows_parallel(const Box& box, RowFn&& row_fn) {
-  if (box.empty()) return;
-  const BoxRows rows(box);
-  const int64_t width = std::max<int64_t>(1, box.extent(box.rank() - 1));
-  const std::function<void(int64_t, int64_t)> body = [&rows, &row_fn](int64_t b, int64_t e) {
-    int64_t index[kMaxRank];
-    for (int64_t r = b; r < e; ++r) {
-      rows.index(r, index);
-      row_fn(static_cast<const int64_t*>(index));
-    }
-  };
-  ThreadPool::global().parallel_for(rows.count(), std::max<int64_t>(1, kMinChunkWork / width),
-                                    body);
-}
-
 template <UnaryMap kMap>
 absl::Status unary_f32(const KernelArgs& args) {
   const UnaryFn fn = args.node.attrs_as<UnaryAttrs>().fn;
@@ -359,27 +304,27 @@ absl::Status binary_f32(const KernelArgs& args) {
   return absl::OkStatus();
 }
 
-}  // namespace
+}  // namespace elementwise
 
 KernelFn unary_kernel(const Graph&, const Node& node, Isa isa) {
-  if (node.dtype != DType::F32 || !unary_covered(node.attrs_as<UnaryAttrs>().fn))
+  if (node.dtype != DType::F32 || !elementwise::unary_covered(node.attrs_as<UnaryAttrs>().fn))
     return nullptr;
 #if TESSERA_HAVE_AVX2_PATHS
-  if (isa != Isa::Portable) return unary_f32<unary_map_avx2>;
+  if (isa != Isa::Portable) return elementwise::unary_f32<elementwise::unary_map_avx2>;
 #endif
   (void)isa;
-  return unary_f32<unary_map_portable>;
+  return elementwise::unary_f32<elementwise::unary_map_portable>;
 }
 
 KernelFn binary_kernel(const Graph& graph, const Node& node, Isa isa) {
   if (node.dtype != DType::F32 || graph.node(node.inputs[0]).dtype != DType::F32 ||
-      !binary_covered(node.attrs_as<BinaryAttrs>().fn))
+      !elementwise::binary_covered(node.attrs_as<BinaryAttrs>().fn))
     return nullptr;
 #if TESSERA_HAVE_AVX2_PATHS
-  if (isa != Isa::Portable) return binary_f32<binary_map_avx2>;
+  if (isa != Isa::Portable) return elementwise::binary_f32<elementwise::binary_map_avx2>;
 #endif
   (void)isa;
-  return binary_f32<binary_map_portable>;
+  return elementwise::binary_f32<elementwise::binary_map_portable>;
 }
 
 }  // namespace tessera::cpu
