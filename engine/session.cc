@@ -11,6 +11,7 @@
 #include "engine/op_def.h"
 #include "engine/session_internal.h"
 #include "planner/fold.h"
+#include "planner/fuse.h"
 #include "planner/passes.h"
 #include "planner/rebuild.h"
 #include "planner/verify.h"
@@ -78,15 +79,16 @@ void GraphSession::reset_state() {
 
 // The fold pass's frontier, computed over the user graph with this session's backend through
 // the same plan execution as reads (so the bits are those an unfolded read would give).
-void GraphSession::fold_constants_now(const FoldResult& fold, std::vector<std::shared_ptr<const void>>& values) {
-  graph_ = &user_;
-  graph_hash_ = user_.structure_hash();
+void GraphSession::fold_constants_now(const Graph& graph, const FoldResult& fold,
+                                      std::vector<std::shared_ptr<const void>>& values) {
+  graph_ = &graph;
+  graph_hash_ = graph.structure_hash();
   reset_state();
   std::fill(kept_.begin(), kept_.end(), 0);
   for (NodeId id : fold.frontier) kept_[static_cast<size_t>(id)] = 1;
   for (NodeId id : fold.frontier) {
-    const Node& n = user_.node(id);
-    plan_read(user_, id, Box::full(n.shape), read_state(), scratch_, steps_);
+    const Node& n = graph.node(id);
+    plan_read(graph, id, Box::full(n.shape), read_state(), scratch_, steps_);
     Plan& plan = plan_for(id, steps_, nullptr);
     try {
       execute(plan, steps_, false);
@@ -104,38 +106,76 @@ void GraphSession::fold_constants_now(const FoldResult& fold, std::vector<std::s
   steps_.clear();
 }
 
-// verify -> fold -> cse (planner/passes.h). Folded values become constants of the execution
-// graph, and rebuilding it hash-conses: equal constants (by content) and then equal nodes over
-// them merge, which is the common-subexpression pass.
+// verify -> fuse_patterns -> fold -> cse -> fuse_elementwise (planner/passes.h). Patterns are
+// matched on what the user wrote, before folding turns (say) a causal mask built from aranges
+// into a constant. Folded values become constants of the execution graph, and rebuilding it
+// hash-conses: equal constants (by content) and then equal nodes over them merge, which is the
+// common-subexpression pass.
 void GraphSession::run_passes() {
   const bool dump = dump_enabled("passes");
   verify_graph(user_);
   if (dump) std::fprintf(stderr, "[passes] verify: %d nodes ok\n", user_.size());
 
-  const FoldResult fold = fold_constants(user_);
-  std::vector<std::shared_ptr<const void>> folded(static_cast<size_t>(node_count_));
-  if (!fold.frontier.empty()) fold_constants_now(fold, folded);
+  user_reaches_output_.assign(static_cast<size_t>(node_count_), 0);
+  for (const auto& [name, id] : user_.outputs()) user_reaches_output_[static_cast<size_t>(id)] = 1;
+  for (NodeId id = node_count_ - 1; id >= 0; --id)
+    if (user_reaches_output_[static_cast<size_t>(id)])
+      for (NodeId in : user_.node(id).inputs) user_reaches_output_[static_cast<size_t>(in)] = 1;
+
+  FuseReport report;
+  to_exec_.resize(static_cast<size_t>(node_count_));
+  for (NodeId id = 0; id < node_count_; ++id) to_exec_[static_cast<size_t>(id)] = id;
+  std::unique_ptr<Graph> current;  // the graph the next pass reads (the user's until the first rewrite)
+  auto source = [&]() -> const Graph& { return current ? *current : user_; };
+  auto apply = [&](Rewritten next) {
+    for (NodeId& id : to_exec_) id = next.to_new[static_cast<size_t>(id)];
+    current = std::move(next.graph);
+  };
+  if (options_.fuse) apply(fuse_patterns(user_, report));
+
+  const FoldResult fold = fold_constants(source());
+  std::vector<std::shared_ptr<const void>> folded(static_cast<size_t>(source().size()));
+  if (!fold.frontier.empty()) fold_constants_now(source(), fold, folded);
   stats_.folded_nodes = static_cast<int64_t>(fold.frontier.size());
   if (dump) {
     std::fprintf(stderr, "[passes] fold: %zu nodes computed once (%lld bytes), %zu interior nodes\n",
                  fold.frontier.size(), static_cast<long long>(stats_.folded_bytes), fold.interior.size());
     for (NodeId id : fold.frontier)
-      std::fprintf(stderr, "  %%%d %s %s\n", id, op_display_name(user_.node(id)).c_str(),
-                   shape_string(user_.node(id).shape).c_str());
+      std::fprintf(stderr, "  %%%d %s %s\n", id, op_display_name(source().node(id)).c_str(),
+                   shape_string(source().node(id).shape).c_str());
   }
-
-  Rewritten cse = rebuild(user_, [&](NodeId id, Graph& out, absl::FunctionRef<Tensor(NodeId)>) -> std::optional<Tensor> {
+  const Graph& before_cse = source();
+  apply(rebuild(before_cse, [&](NodeId id, Graph& out, absl::FunctionRef<Tensor(NodeId)>) -> std::optional<Tensor> {
     const std::shared_ptr<const void>& value = folded[static_cast<size_t>(id)];
     if (value == nullptr) return std::nullopt;
-    const Node& n = user_.node(id);
+    const Node& n = before_cse.node(id);
     return out.constant_external(n.shape, n.dtype, value.get(), value);
-  });
-  exec_ = std::move(cse.graph);
-  to_exec_ = std::move(cse.to_new);
+  }));
+
+  if (options_.fuse) {
+    std::vector<uint8_t> pinned(static_cast<size_t>(current->size()), 0);
+    for (NodeId id : options_.keep_always) pinned[static_cast<size_t>(exec_id(id))] = 1;
+    apply(fuse_elementwise_chains(*current, report, pinned));
+    if (dump) {
+      std::fprintf(stderr, "[passes] fuse: %lld patterns, %lld elementwise chains (%lld nodes)\n",
+                   static_cast<long long>(report.patterns), static_cast<long long>(report.chains),
+                   static_cast<long long>(report.chain_nodes));
+      for (const std::string& line : report.fused) std::fprintf(stderr, "  %s\n", line.c_str());
+    }
+  }
+  stats_.fused_patterns = report.patterns;
+  stats_.fused_chains = report.chains;
+  exec_ = std::move(current);
 
   graph_ = exec_.get();
   graph_hash_ = exec_->structure_hash();
   reset_state();
+  live_.assign(static_cast<size_t>(exec_->size()), 0);
+  for (const auto& [name, id] : exec_->outputs()) live_[static_cast<size_t>(id)] = 1;
+  for (NodeId id = exec_->size() - 1; id >= 0; --id)
+    if (live_[static_cast<size_t>(id)])
+      for (NodeId in : exec_->node(id).inputs) live_[static_cast<size_t>(in)] = 1;
+  for (NodeId id : options_.keep_always) keep_[static_cast<size_t>(exec_id(id))] = Keep::Always;
   to_user_.assign(static_cast<size_t>(exec_->size()), -1);
   for (NodeId id = 0; id < node_count_; ++id) {
     NodeId& back = to_user_[static_cast<size_t>(to_exec_[static_cast<size_t>(id)])];
@@ -173,7 +213,19 @@ bool GraphSession::is_folded(NodeId node) const {
   return fixed_[static_cast<size_t>(exec_id(node))] && kind != OpKind::Input && kind != OpKind::Constant;
 }
 
+bool GraphSession::is_fused_away(NodeId node) const {
+  const NodeId id = exec_id(node);
+  const OpKind kind = user_.node(node).kind;
+  // Nodes no output reads were never live; only those the passes disconnected count.
+  return !live_[static_cast<size_t>(id)] && kind != OpKind::Input && kind != OpKind::Constant &&
+         user_reaches_output_[static_cast<size_t>(node)];
+}
+
 void GraphSession::set_keep(NodeId node, Keep keep) {
+  if (keep == Keep::Always && is_fused_away(node))
+    throw Error(absl::StrCat("[session] node %", node, " (", op_display_name(user_.node(node)),
+                             ") was folded or fused into another op and is never computed on its own; name it in "
+                             "SessionOptions::keep_always to keep it"));
   keep_[static_cast<size_t>(exec_id(node))] = keep;
   keep_changed_ = true;
   choose_kept();

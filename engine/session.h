@@ -45,6 +45,12 @@ struct SessionOptions {
   // A valid region with more boxes than this forgets its smallest boxes (they are recomputed
   // when needed), so planning never slows down with a session's history.
   int max_valid_boxes = 64;
+  // Run the fuse pass (planner/fuse.h): user-written composites and elementwise chains become
+  // fused ops. Results stay exact (bitwise incremental == fresh) either way.
+  bool fuse = true;
+  // Nodes pinned from the start (as set_keep(node, Keep::Always) right after creation); the fuse
+  // pass never absorbs them into a fused op, so their values exist to be kept.
+  std::vector<NodeId> keep_always;
 };
 
 // Figures of the last read (elements, kernels, steps, seconds, per node) and of the session
@@ -64,6 +70,8 @@ struct SessionStats {
   int64_t folded_nodes = 0;  // nodes computed once at creation by the fold pass
   int64_t folded_bytes = 0;
   int64_t merged_nodes = 0;  // nodes the cse pass merged into another
+  int64_t fused_patterns = 0;  // user-written composites replaced by the composite op
+  int64_t fused_chains = 0;    // elementwise chains replaced by one fused_elementwise node
   int64_t arena_bytes = 0;   // transient arena held now (grows to the largest plan, then stays)
 };
 
@@ -147,7 +155,13 @@ class GraphSession {
   // True for nodes the fold pass computed at creation (constant-only subgraphs): always valid,
   // never recomputed, not counted in kept_bytes().
   bool is_folded(NodeId node) const;
-  // Sets the keep policy of a node; a node that is no longer kept is dropped now.
+  // True when the session passes absorbed the node (into a fused op, or into a folded constant):
+  // its value is never computed on its own (reading it with read_node still works, computing it
+  // then).
+  bool is_fused_away(NodeId node) const;
+  // Sets the keep policy of a node; a node that is no longer kept is dropped now. Keep::Always on
+  // a node fused away is an Error (its value is never computed): name it in
+  // SessionOptions::keep_always instead.
   void set_keep(NodeId node, Keep keep);
   int64_t kept_bytes() const;  // bytes of computed values held now
   std::string_view backend_name() const { return backend_->name(); }
@@ -169,7 +183,7 @@ class GraphSession {
   void ensure_buffer(NodeId id, const Box& extent);
   void drop(NodeId id);
   void run_passes();
-  void fold_constants_now(const FoldResult& fold, std::vector<std::shared_ptr<const void>>& values);
+  void fold_constants_now(const Graph& graph, const FoldResult& fold, std::vector<std::shared_ptr<const void>>& values);
   void reset_state();
   NodeId exec_id(NodeId user_node) const;
   ReadState read_state() const;
@@ -192,6 +206,8 @@ class GraphSession {
   std::vector<Region> valid_;   // per node: where its stored values are current
   std::vector<uint8_t> kept_;   // per node: 1 when the cache policy keeps it
   std::vector<uint8_t> fixed_;  // per node: inputs and constants (folded values are constants)
+  std::vector<uint8_t> live_;   // per node: reachable from an output (fused-away nodes are not)
+  std::vector<uint8_t> user_reaches_output_;  // per user node: some output of the user graph reads it
   std::vector<Keep> keep_;
   std::vector<int64_t> reused_;  // elements reads found valid, per node (cache policy signal)
   bool keep_changed_ = true;

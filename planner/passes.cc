@@ -8,8 +8,10 @@ namespace tessera {
 std::span<const PassInfo> planner_passes() {
   static constexpr PassInfo kPasses[] = {
       {"verify", PassStage::Session, "topological order, inputs in range, shapes and dtypes re-inferred"},
+      {"fuse_patterns", PassStage::Session, "user-written composites (their decompositions) -> composite ops"},
       {"fold", PassStage::Session, "constant-only subgraphs computed once, at session creation"},
-      {"cse", PassStage::Session, "nodes with equal op, attributes and inputs (after folding) merged"},
+      {"cse", PassStage::Session, "the graph rebuilt hash-consed: equal folded values, then equal nodes, merge"},
+      {"fuse_elementwise", PassStage::Session, "chains of elementwise ops -> one fused_elementwise step"},
       {"region_analysis", PassStage::Read, "need \\ valid per node for the read: the steps"},
       {"plan_lookup", PassStage::Read, "steps' pattern (nodes, box counts, bucketed extents) -> cached plan"},
       {"kernel_choice", PassStage::Compile, "one kernel per step for the backend, chosen once per plan"},

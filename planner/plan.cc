@@ -8,7 +8,11 @@ namespace tessera {
 
 namespace {
 
-bool elementwise(OpKind kind) { return kind == OpKind::Unary || kind == OpKind::Binary || kind == OpKind::Where; }
+// Ops whose kernels read each input element at the output element's own index (for an input
+// of the output's extent) before writing it: their output may take over a dying input's block.
+bool elementwise(OpKind kind) {
+  return kind == OpKind::Unary || kind == OpKind::Binary || kind == OpKind::Where || kind == OpKind::FusedElementwise;
+}
 
 // Per step: the index of the last step reading its node (steps.size() for the target), and the
 // step it may overwrite in place (-1 for none).

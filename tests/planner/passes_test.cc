@@ -23,7 +23,8 @@ std::vector<float> ramp(int64_t n, float scale) {
 TEST_CASE("planner: passes are listed in the order they run") {
   std::vector<std::string> names;
   for (const PassInfo& p : planner_passes()) names.push_back(p.name);
-  CHECK(names == std::vector<std::string>{"verify", "fold", "cse", "region_analysis", "plan_lookup",
+  CHECK(names == std::vector<std::string>{"verify", "fuse_patterns", "fold", "cse", "fuse_elementwise",
+                                          "region_analysis", "plan_lookup",
                                           "kernel_choice", "memory_plan"});
 }
 

@@ -24,7 +24,8 @@ TEST_CASE("session: partial write recomputes only the dirty box on read") {
   Tensor b = g.input("b", {4, 3}, DType::F32);
   Tensor c = exp(a * b) + a;
   g.output("c", c);
-  GraphSession s(g);
+  // Node by node (the fuse pass would make the chain one fused_elementwise step).
+  GraphSession s(g, SessionOptions{.fuse = false});
   s.write("a", Box{{0, 4}, {0, 3}}, iota_values(12, 0.f));
   s.write("b", Box{{0, 4}, {0, 3}}, std::vector<float>(12, 0.5f));
   std::vector<float> full = s.read<float>("c", Box{{0, 4}, {0, 3}});
@@ -55,6 +56,7 @@ TEST_CASE("session: values not kept under a zero budget are recomputed, results 
   g.output("c", c);
   SessionOptions options;
   options.cache_budget_bytes = 0;
+  options.fuse = false;  // node by node
   GraphSession s(g, options);
   GraphSession keep(g);
   s.write("a", Box{{0, 8}}, iota_values(8, -3.f));
@@ -127,7 +129,7 @@ TEST_CASE("session: keep policies pin or drop nodes, results unchanged") {
   Tensor b = exp(a);
   Tensor c = b * b;
   g.output("c", c);
-  GraphSession s(g);
+  GraphSession s(g, SessionOptions{.fuse = false});  // node by node
   s.set_keep(b.id, Keep::Never);
   s.write("a", Box{{0, 8}}, iota_values(8, 0.f));
   std::vector<float> first = s.read<float>("c", Box{{0, 8}});
@@ -141,6 +143,7 @@ TEST_CASE("session: keep policies pin or drop nodes, results unchanged") {
   CHECK_THROWS_AS(s.set_keep(99, Keep::Always), Error);
   SessionOptions tight;
   tight.cache_budget_bytes = 32;
+  tight.fuse = false;
   GraphSession p(g, tight);
   p.set_keep(b.id, Keep::Always);
   p.write("a", Box{{0, 8}}, iota_values(8, 0.f));
@@ -154,7 +157,7 @@ TEST_CASE("session: the last plan lists the steps of a read") {
   Tensor a = g.input("a", {4, 3}, DType::F32);
   Tensor c = exp(a) + a;
   g.output("c", c);
-  GraphSession s(g);
+  GraphSession s(g, SessionOptions{.fuse = false});  // node by node
   s.read<float>("c", Box{{0, 4}, {0, 3}});
   s.write("a", Box{{1, 2}, {0, 3}}, std::vector<float>(3, 1.f));
   s.read<float>("c", Box{{0, 4}, {0, 3}});
