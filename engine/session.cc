@@ -22,36 +22,49 @@ namespace {
 
 constexpr size_t kWriteLogSize = 64;
 
-void free_aligned(std::byte* p) { ::operator delete[](p, std::align_val_t(64)); }
+std::shared_ptr<MemoryPool> pool_for(const SessionOptions& options) {
+  if (options.pool == nullptr) return MemoryPool::create(MemoryPoolOptions{.budget_bytes = options.cache_budget_bytes});
+  if (options.cache_budget_bytes != -1)
+    throw Error("[session] cache_budget_bytes is for a session's own pool; set the budget on the shared pool");
+  return options.pool;
+}
 
 }  // namespace
 
-std::byte* allocate_aligned(int64_t bytes, std::string_view what) {
-  try {
-    return static_cast<std::byte*>(::operator new[](static_cast<size_t>(std::max<int64_t>(bytes, 1)), std::align_val_t(64)));
-  } catch (const std::bad_alloc&) {
-    throw Error(absl::StrCat("[session] out of memory allocating ", bytes, " bytes for ", std::string(what)));
-  }
-}
-
 GraphSession::GraphSession(const Graph& graph, SessionOptions options)
-    : user_(graph), node_count_(graph.size()), options_(options),
+    : pool_(pool_for(options)), user_(graph), node_count_(graph.size()), options_(options),
       backend_(options.backend == BackendKind::Cpu ? make_cpu_backend() : make_reference_backend()) {
-  arena_ = decltype(arena_)(nullptr, free_aligned);
   if (options_.max_region_boxes < 1 || options_.max_valid_boxes < 1)
     throw Error(absl::StrCat("[session] max_region_boxes (", options_.max_region_boxes, ") and max_valid_boxes (",
                              options_.max_valid_boxes, ") must be at least 1"));
   stats_.elements_per_node.assign(static_cast<size_t>(node_count_), 0);
   stats_.kernels_per_node.assign(static_cast<size_t>(node_count_), 0);
-  run_passes();
+  PoolLock lock(pool_->mutex_);
+  try {
+    run_passes();
+    derive_hints();
+  } catch (...) {
+    release_buffers();
+    throw;
+  }
+  pool_->sessions_.push_back(this);
 }
 
-GraphSession::~GraphSession() = default;
+GraphSession::~GraphSession() {
+  PoolLock lock(pool_->mutex_);
+  release_buffers();
+  std::erase(pool_->sessions_, this);
+}
+
+void GraphSession::release_buffers() {
+  for (NodeId id = 0; id < static_cast<NodeId>(values_.size()); ++id) drop(id);
+}
 
 // Per-node state for the graph graph_ points at: inputs zeroed and valid, constants valid over
 // their data, everything else empty and kept (until the cache policy runs).
 void GraphSession::reset_state() {
   const size_t n = static_cast<size_t>(graph_->size());
+  release_buffers();
   values_ = std::vector<Value>(n);
   valid_.assign(n, Region());
   kept_.assign(n, 1);
@@ -65,7 +78,7 @@ void GraphSession::reset_state() {
     valid_[static_cast<size_t>(id)] = Region(node.rank());
     if (node.kind == OpKind::Input) {
       ensure_buffer(id, Box::full(node.shape));
-      std::memset(v.buffer.get(), 0, static_cast<size_t>(v.bytes));
+      std::memset(v.buffer, 0, static_cast<size_t>(v.bytes));
     } else if (node.kind == OpKind::Constant) {
       const ConstantData& data = graph_->constant_data(node.constant);
       v.view = dense_view(const_cast<void*>(data.data), node.dtype, Box::full(node.shape));
@@ -97,9 +110,16 @@ void GraphSession::fold_constants_now(const Graph& graph, const FoldResult& fold
       throw;
     }
     reset_transients(steps_);
+    // The value becomes a constant of the execution graph; the pool still accounts for it.
     Value& v = values_[static_cast<size_t>(id)];
     stats_.folded_bytes += v.bytes;
-    values[static_cast<size_t>(id)] = std::shared_ptr<const void>(v.buffer.release(), AlignedDelete());
+    pool_->move_use(v.bytes, v.use, MemoryPool::Use::Weight);
+    values[static_cast<size_t>(id)] = std::shared_ptr<const void>(v.buffer, [pool = pool_, bytes = v.bytes](const void* p) {
+      PoolLock lock(pool->mutex_);
+      pool->release(static_cast<std::byte*>(const_cast<void*>(p)), bytes, MemoryPool::Use::Weight);
+    });
+    v.buffer = nullptr;
+    v.bytes = 0;
   }
   plans_.clear();
   plans_.stats() = PlanCacheStats{};
@@ -144,13 +164,27 @@ void GraphSession::run_passes() {
       std::fprintf(stderr, "  %%%d %s %s\n", id, op_display_name(source().node(id)).c_str(),
                    shape_string(source().node(id).shape).c_str());
   }
+  // Hot weights: what matmul and linear stream from memory on every step.
   const Graph& before_cse = source();
-  apply(rebuild(before_cse, [&](NodeId id, Graph& out, absl::FunctionRef<Tensor(NodeId)>) -> std::optional<Tensor> {
-    const std::shared_ptr<const void>& value = folded[static_cast<size_t>(id)];
-    if (value == nullptr) return std::nullopt;
+  std::vector<uint8_t> hot(static_cast<size_t>(before_cse.size()), 0);
+  for (NodeId id = 0; id < before_cse.size(); ++id) {
     const Node& n = before_cse.node(id);
-    return out.constant_external(n.shape, n.dtype, value.get(), value);
+    if ((n.kind == OpKind::Linear || n.kind == OpKind::Matmul) && before_cse.node(n.inputs[1]).kind == OpKind::Constant)
+      hot[static_cast<size_t>(n.inputs[1])] = 1;
+  }
+  int64_t hot_bytes = 0;
+  apply(rebuild(before_cse, [&](NodeId id, Graph& out, absl::FunctionRef<Tensor(NodeId)>) -> std::optional<Tensor> {
+    const Node& n = before_cse.node(id);
+    const std::shared_ptr<const void>& value = folded[static_cast<size_t>(id)];
+    if (value != nullptr) return out.constant_external(n.shape, n.dtype, value.get(), value);
+    if (!hot[static_cast<size_t>(id)]) return std::nullopt;
+    const ConstantData& data = before_cse.constant_data(n.constant);
+    std::shared_ptr<const void> copy = pool_->hot_weight(data.data, data.size_bytes);
+    if (copy == nullptr) return std::nullopt;
+    hot_bytes += data.size_bytes;
+    return out.constant_external(n.shape, n.dtype, copy.get(), copy);
   }));
+  if (dump) std::fprintf(stderr, "[passes] cse: hot weights in huge-page memory: %lld bytes\n", static_cast<long long>(hot_bytes));
 
   if (options_.fuse) {
     std::vector<uint8_t> pinned(static_cast<size_t>(current->size()), 0);
@@ -226,15 +260,23 @@ void GraphSession::set_keep(NodeId node, Keep keep) {
     throw Error(absl::StrCat("[session] node %", node, " (", op_display_name(user_.node(node)),
                              ") was folded or fused into another op and is never computed on its own; name it in "
                              "SessionOptions::keep_always to keep it"));
-  keep_[static_cast<size_t>(exec_id(node))] = keep;
+  PoolLock lock(pool_->mutex_);
+  const size_t id = static_cast<size_t>(exec_id(node));
+  keep_[id] = keep;
+  Value& v = values_[id];
+  if (v.buffer != nullptr && v.use != MemoryPool::Use::Input) {
+    const MemoryPool::Use use = keep == Keep::Always ? MemoryPool::Use::Pinned : MemoryPool::Use::Kept;
+    pool_->move_use(v.bytes, v.use, use);
+    v.use = use;
+  }
   keep_changed_ = true;
   choose_kept();
 }
 
 int64_t GraphSession::kept_bytes() const {
   int64_t total = 0;
-  for (NodeId id = 0; id < graph_->size(); ++id)
-    if (!fixed_[static_cast<size_t>(id)]) total += values_[static_cast<size_t>(id)].bytes;
+  for (const Value& v : values_)
+    if (v.use == MemoryPool::Use::Kept || v.use == MemoryPool::Use::Pinned) total += v.bytes;
   return total;
 }
 
@@ -255,14 +297,20 @@ void GraphSession::ensure_buffer(NodeId id, const Box& extent) {
   if (v.buffer && v.view.extent.contains(extent)) return;
   const Node& n = graph_->node(id);
   const int64_t bytes = std::max<int64_t>(extent.volume() * dtype_size(n.dtype), 1);
-  v.buffer.reset(allocate_aligned(bytes, op_display_name(n)));
+  drop(id);
+  const MemoryPool::Use use = n.kind == OpKind::Input ? MemoryPool::Use::Input
+                              : keep_[static_cast<size_t>(id)] == Keep::Always ? MemoryPool::Use::Pinned
+                                                                               : MemoryPool::Use::Kept;
+  v.buffer = pool_->allocate(bytes, use, op_display_name(n).c_str());
+  v.use = use;
   v.bytes = bytes;
-  v.view = dense_view(v.buffer.get(), n.dtype, extent);
+  v.view = dense_view(v.buffer, n.dtype, extent);
 }
 
 void GraphSession::drop(NodeId id) {
   Value& v = values_[static_cast<size_t>(id)];
-  v.buffer.reset();
+  pool_->release(v.buffer, v.bytes, v.use);
+  v.buffer = nullptr;
   v.bytes = 0;
   v.view = TensorView{};
   valid_[static_cast<size_t>(id)].clear();
@@ -275,6 +323,7 @@ void GraphSession::write(std::string_view input, const Box& box, std::span<const
 }
 
 void GraphSession::write(std::string_view input, const Box& box, std::span<const std::byte> data, DType dtype) {
+  PoolLock lock(pool_->mutex_);
   check_graph_unchanged();
   NodeId id = graph_->find_input(input);
   if (id < 0) throw Error(absl::StrCat("[session] unknown input '", std::string(input), "'"));
@@ -314,21 +363,32 @@ void GraphSession::read_node(NodeId node, const Box& box, std::span<std::byte> o
   read_checked(id, box, out, graph_->node(id).dtype);
 }
 
-// Ranks computed nodes by recomputation cost saved per byte and keeps the best under the budget.
+// The keep decision is the pool's, over all its sessions (MemoryPool::rank).
 void GraphSession::choose_kept() {
-  auto set = [&](NodeId id, bool keep) {
-    if (kept_[static_cast<size_t>(id)] && !keep) drop(id);
-    kept_[static_cast<size_t>(id)] = keep ? 1 : 0;
-  };
-  std::vector<std::pair<double, NodeId>> ranked;
-  int64_t used = 0;
+  pool_->rank();
+  keep_changed_ = false;
+  reads_since_ranking_ = 0;
+}
+
+void GraphSession::collect_candidates(std::vector<KeepCandidate>& candidates, int64_t& pinned) {
   for (NodeId id = 0; id < graph_->size(); ++id) {
+    const size_t i = static_cast<size_t>(id);
     const Node& n = graph_->node(id);
-    if (fixed_[static_cast<size_t>(id)]) continue;
-    const Keep keep = keep_[static_cast<size_t>(id)];
-    if (keep != Keep::Auto || options_.cache_budget_bytes < 0) {
-      set(id, keep != Keep::Never);
-      if (keep == Keep::Always) used += n.size_bytes();
+    if (fixed_[i]) continue;
+    const Keep keep = keep_[i];
+    if (keep == Keep::Always) {
+      pinned += n.size_bytes();
+      apply_kept(id, true);
+      continue;
+    }
+    // Never computed on its own (fused away), pinned transient, or a hint says it is never reused.
+    const bool hinted_transient = !hint_reuse_.empty() && hint_reuse_[i] == 0 && reused_[i] == 0;
+    if (keep == Keep::Never || !live_[i] || hinted_transient) {
+      apply_kept(id, false);
+      continue;
+    }
+    if (pool_->options().budget_bytes < 0) {
+      apply_kept(id, true);
       continue;
     }
     double cost = 1;
@@ -337,19 +397,70 @@ void GraphSession::choose_kept() {
       if (n.kind == OpKind::Matmul || n.kind == OpKind::Linear || n.kind == OpKind::Attention)
         cost = static_cast<double>(first.shape.back());
     }
-    double score = (static_cast<double>(reused_[static_cast<size_t>(id)]) + 1.0) * cost /
-                   static_cast<double>(std::max<int64_t>(n.size_bytes(), 1));
-    ranked.emplace_back(-score, id);
+    const double reuse = static_cast<double>(reused_[i]) + (hint_reuse_.empty() ? 0.0 : hint_reuse_[i]);
+    candidates.push_back(KeepCandidate{this, id, n.size_bytes(),
+                                       (reuse + 1.0) * cost / static_cast<double>(std::max<int64_t>(n.size_bytes(), 1))});
   }
-  std::sort(ranked.begin(), ranked.end());
-  for (const auto& [neg_score, id] : ranked) {
-    const int64_t bytes = graph_->node(id).size_bytes();
-    const bool keep = used + bytes <= options_.cache_budget_bytes;
-    if (keep) used += bytes;
-    set(id, keep);
+}
+
+void GraphSession::apply_kept(NodeId id, bool keep) {
+  const size_t i = static_cast<size_t>(id);
+  if (kept_[i] && !keep && values_[i].buffer != nullptr) {
+    drop(id);
+    pool_->stats_.evictions += 1;
   }
-  keep_changed_ = false;
-  reads_since_ranking_ = 0;
+  kept_[i] = keep ? 1 : 0;
+}
+
+double GraphSession::hinted_reuse(NodeId node) const {
+  return hint_reuse_.empty() ? 0.0 : hint_reuse_[static_cast<size_t>(exec_id(node))];
+}
+
+// Expected reuse per node from the hints: one simulated write of the hinted kind from a state
+// where everything is valid, then a read of every output (of the written rows, for appends);
+// what the read needs beyond the write's dirt is reuse.
+void GraphSession::derive_hints() {
+  if (options_.hints.empty()) return;
+  hint_reuse_.assign(static_cast<size_t>(graph_->size()), 0.0);
+  for (const InputHint& hint : options_.hints) {
+    const NodeId in = graph_->find_input(hint.input);
+    if (in < 0) throw Error(absl::StrCat("[session] hint for unknown input '", hint.input, "'"));
+    const Node& x = graph_->node(in);
+    Box write = Box::full(x.shape);
+    int64_t row = -1;
+    if (hint.kind == InputHint::Kind::Append) {
+      if (x.rank() < 1 || x.shape[0] < 1) throw Error(absl::StrCat("[session] append hint on '", hint.input, "' needs rank >= 1"));
+      row = x.shape[0] / 2;
+      write[0] = Interval(row, row + 1);
+    } else {
+      if (x.rank() < 2) throw Error(absl::StrCat("[session] edit hint on '", hint.input, "' needs rank >= 2"));
+      for (int d = x.rank() - 2; d < x.rank(); ++d) {
+        const int64_t size = std::max<int64_t>(1, x.shape[static_cast<size_t>(d)] / 8);
+        const int64_t begin = (x.shape[static_cast<size_t>(d)] - size) / 2;
+        write[d] = Interval(begin, begin + size);
+      }
+    }
+    const std::vector<Region> dirt = propagate_dirt(*graph_, in, write);
+    std::vector<Region> valid(static_cast<size_t>(graph_->size()));
+    for (NodeId id = 0; id < graph_->size(); ++id) {
+      valid[static_cast<size_t>(id)] = Region::full(graph_->node(id).shape);
+      if (!fixed_[static_cast<size_t>(id)] && !dirt[static_cast<size_t>(id)].empty())
+        valid[static_cast<size_t>(id)].remove(dirt[static_cast<size_t>(id)]);
+    }
+    ReadScratch scratch;
+    std::vector<Step> steps;
+    std::vector<NeedEntry> needs;
+    for (const auto& [name, out] : graph_->outputs()) {
+      const Node& o = graph_->node(out);
+      Box read = Box::full(o.shape);
+      if (row >= 0 && o.rank() >= 1 && o.shape[0] == x.shape[0]) read[0] = Interval(row, row + 1);
+      needs.clear();
+      plan_read(*graph_, out, read, ReadState{valid, fixed_, options_.max_region_boxes}, scratch, steps, nullptr, &needs);
+      for (const NeedEntry& e : needs)
+        if (!fixed_[static_cast<size_t>(e.node)])
+          hint_reuse_[static_cast<size_t>(e.node)] += static_cast<double>(e.want.volume() - e.compute.volume());
+    }
+  }
 }
 
 }  // namespace tessera

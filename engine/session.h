@@ -20,6 +20,7 @@
 
 #include "backends/backend.h"
 #include "engine/graph.h"
+#include "engine/memory_pool.h"
 #include "planner/fold.h"
 #include "planner/plan.h"
 #include "planner/region_analysis.h"
@@ -35,11 +36,29 @@ enum class BackendKind { Cpu, Reference };
 // values live only during the read that computes them.
 enum class Keep : uint8_t { Auto, Always, Never };
 
+// What a caller tells the cache policy about how it will write an input. The session turns a
+// hint into expected reuse per node by simulating one such write and a read of the outputs:
+// nodes the read needs beyond what the write dirties (attention's K and V under appends; the
+// features around an edit in a conv net) are worth keeping; nodes it never reuses are transient.
+struct InputHint {
+  enum class Kind : uint8_t {
+    Append,  // rows are appended along axis 0 (tokens of a sequence); reads take the new rows
+    Edits,   // small boxes of the last two axes change (image edits); reads take everything
+  };
+  std::string input;
+  Kind kind = Kind::Append;
+};
+
 struct SessionOptions {
   BackendKind backend = BackendKind::Cpu;
   // Bytes of computed node values kept between reads; -1 keeps everything. Nodes that do not
-  // fit are recomputed when needed (inputs and constants never count).
+  // fit are recomputed when needed (inputs and constants never count). Only for a session with
+  // its own pool: with `pool` set, the pool's budget applies to all its sessions.
   int64_t cache_budget_bytes = -1;
+  // The memory pool shared with other sessions (nullptr: a pool of this session's own).
+  std::shared_ptr<MemoryPool> pool;
+  // How inputs will be written (see InputHint).
+  std::vector<InputHint> hints;
   // A region to compute with more boxes than this is widened to its bounding box.
   int max_region_boxes = 16;
   // A valid region with more boxes than this forgets its smallest boxes (they are recomputed
@@ -164,10 +183,25 @@ class GraphSession {
   // SessionOptions::keep_always instead.
   void set_keep(NodeId node, Keep keep);
   int64_t kept_bytes() const;  // bytes of computed values held now
+  const std::shared_ptr<MemoryPool>& pool() const { return pool_; }
+  // The cache policy's expected reuse of a node from the hints (0 without hints), in elements.
+  double hinted_reuse(NodeId node) const;
   std::string_view backend_name() const { return backend_->name(); }
 
  private:
   struct Value;
+  friend class MemoryPool;
+  struct KeepCandidate {
+    GraphSession* session;
+    NodeId node;
+    int64_t bytes;
+    double score;
+  };
+  // For MemoryPool::rank (pool lock held): explicit keeps are applied at once (pins add to
+  // `pinned`); the others are appended as candidates.
+  void collect_candidates(std::vector<KeepCandidate>& candidates, int64_t& pinned);
+  void apply_kept(NodeId id, bool keep);
+  void derive_hints();
   struct WriteRecord {
     int64_t sequence;
     std::string what;  // "write #3 to 'ids' [5, 6)"
@@ -185,6 +219,7 @@ class GraphSession {
   void run_passes();
   void fold_constants_now(const Graph& graph, const FoldResult& fold, std::vector<std::shared_ptr<const void>>& values);
   void reset_state();
+  void release_buffers();
   NodeId exec_id(NodeId user_node) const;
   ReadState read_state() const;
   Plan& plan_for(NodeId target, std::span<const Step> steps, const std::vector<Step>* dump_steps);
@@ -192,6 +227,7 @@ class GraphSession {
   void reset_transients(std::span<const Step> steps);
   KernelFn choose_kernel(const Node& node) const;
 
+  std::shared_ptr<MemoryPool> pool_;  // first: every buffer below is returned to it
   const Graph& user_;
   const int32_t node_count_;  // the user graph's size when the session was created
   std::unique_ptr<Graph> exec_;    // what the session runs (section "execution graph" above)
@@ -214,8 +250,7 @@ class GraphSession {
   int64_t reads_since_ranking_ = 0;
   SessionStats stats_;
   PlanCache plans_;
-  std::unique_ptr<std::byte[], void (*)(std::byte*)> arena_{nullptr, nullptr};
-  int64_t arena_capacity_ = 0;
+  std::vector<double> hint_reuse_;  // per node, from options_.hints (empty: no hints)
   ReadScratch scratch_;
   std::vector<Step> steps_;
   std::vector<NodeId> counted_;  // nodes whose per-node stats the last read set

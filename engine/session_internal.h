@@ -12,18 +12,14 @@
 
 namespace tessera {
 
-struct AlignedDelete {
-  void operator()(std::byte* p) const { ::operator delete[](p, std::align_val_t(64)); }
-};
-
-// 64-byte aligned bytes; throws Error("[session] out of memory ...") naming `what`.
-std::byte* allocate_aligned(int64_t bytes, std::string_view what);
-
 struct GraphSession::Value {
-  std::unique_ptr<std::byte[], AlignedDelete> buffer;  // kept nodes and inputs
+  std::byte* buffer = nullptr;  // from the pool: kept values and inputs (returned by drop())
+  MemoryPool::Use use = MemoryPool::Use::Kept;
   TensorView view;    // over buffer, the arena (transients during a read) or constant data
   int64_t bytes = 0;  // size of buffer
 };
+
+using PoolLock = std::lock_guard<std::recursive_mutex>;
 
 // Copies `box` between a view and a dense row-major buffer of that box, one contiguous run of
 // the innermost dimension at a time.

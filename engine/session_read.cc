@@ -36,11 +36,8 @@ Plan& GraphSession::plan_for(NodeId target, std::span<const Step> steps, const s
 // plan's offsets; kept outputs in their own full-size buffers. On failure the failed step's
 // output is not marked valid, the transients are reset by the caller, and Error is thrown.
 void GraphSession::execute(const Plan& plan, std::span<const Step> steps, bool count) {
-  if (plan.arena_bytes > arena_capacity_) {
-    arena_.reset(allocate_aligned(plan.arena_bytes, "the transient arena"));
-    arena_capacity_ = plan.arena_bytes;
-    stats_.arena_bytes = arena_capacity_;
-  }
+  std::byte* arena = pool_->arena(plan.arena_bytes);
+  stats_.arena_bytes = std::max(stats_.arena_bytes, plan.arena_bytes);
   for (size_t i = 0; i < steps.size(); ++i) {
     const Step& step = steps[i];
     const PlanStep& ps = plan.steps[i];
@@ -49,7 +46,7 @@ void GraphSession::execute(const Plan& plan, std::span<const Step> steps, bool c
     if (ps.arena_offset < 0) {
       ensure_buffer(step.node, Box::full(n.shape));
     } else {
-      v.view = dense_view(arena_.get() + ps.arena_offset, n.dtype, step.compute.bounding_box());
+      v.view = dense_view(arena + ps.arena_offset, n.dtype, step.compute.bounding_box());
     }
     if (ps.kernel == nullptr)
       throw Error(absl::StrCat("[", op_display_name(n), "] backend ", std::string(backend_->name()), " has no kernel for this op"));
@@ -88,6 +85,7 @@ void GraphSession::reset_transients(std::span<const Step> steps) {
 }
 
 void GraphSession::read_checked(NodeId node, const Box& box, std::span<std::byte> out, DType dtype) {
+  PoolLock lock(pool_->mutex_);
   check_graph_unchanged();
   const Node& tn = graph_->node(node);
   if (dtype != tn.dtype)
@@ -156,6 +154,7 @@ const std::string& GraphSession::last_plan() const {
 }
 
 Explanation GraphSession::explain(std::string_view output, const Box& box) const {
+  PoolLock lock(pool_->mutex_);
   check_graph_unchanged();
   const NodeId id = output_id(output);
   const Node& tn = graph_->node(id);
@@ -198,6 +197,7 @@ std::string Explanation::to_string() const {
 }
 
 int GraphSession::compile_ahead(std::span<const ReadPattern> patterns) {
+  PoolLock lock(pool_->mutex_);
   check_graph_unchanged();
   if (keep_changed_) choose_kept();
   int compiled = 0;
@@ -236,9 +236,13 @@ int GraphSession::compile_ahead(std::span<const ReadPattern> patterns) {
   return compiled;
 }
 
-void GraphSession::save_plans(const std::string& path) const { plans_.save(path, graph_hash_, backend_->name()); }
+void GraphSession::save_plans(const std::string& path) const {
+  PoolLock lock(pool_->mutex_);
+  plans_.save(path, graph_hash_, backend_->name());
+}
 
 bool GraphSession::load_plans(const std::string& path) {
+  PoolLock lock(pool_->mutex_);
   const bool ok =
       plans_.load(path, *graph_, graph_hash_, backend_->name(), [&](const Node& node) { return choose_kernel(node); });
   stats_.plans = plans_.stats();

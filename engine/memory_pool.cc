@@ -1,0 +1,133 @@
+#include "engine/memory_pool.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstring>
+#include <new>
+
+#include "absl/strings/str_cat.h"
+#include "engine/error.h"
+#include "engine/session.h"
+
+namespace tessera {
+
+namespace {
+
+constexpr size_t kAlign = 64;
+constexpr size_t kHugePage = size_t{2} << 20;
+
+std::byte* aligned_new(int64_t bytes, size_t align, const char* what) {
+  try {
+    return static_cast<std::byte*>(::operator new[](static_cast<size_t>(std::max<int64_t>(bytes, 1)), std::align_val_t(align)));
+  } catch (const std::bad_alloc&) {
+    throw Error(absl::StrCat("[pool] out of memory allocating ", bytes, " bytes for ", what));
+  }
+}
+
+void aligned_delete(std::byte* p, size_t align) { ::operator delete[](p, std::align_val_t(align)); }
+
+}  // namespace
+
+MemoryPool::MemoryPool(MemoryPoolOptions options) : options_(options) {}
+
+MemoryPool::~MemoryPool() {
+  if (arena_ != nullptr) aligned_delete(arena_, kAlign);
+}
+
+PoolStats MemoryPool::stats() const {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  PoolStats s = stats_;
+  s.sessions = static_cast<int64_t>(sessions_.size());
+  return s;
+}
+
+std::byte* MemoryPool::allocate(int64_t bytes, Use use, const char* what) {
+  std::byte* p = aligned_new(bytes, kAlign, what);
+  stats_.allocations += 1;
+  stats_.current_bytes += bytes;
+  switch (use) {
+    case Use::Pinned: stats_.pinned_bytes += bytes; [[fallthrough]];
+    case Use::Kept: stats_.kept_bytes += bytes; break;
+    case Use::Input: stats_.input_bytes += bytes; break;
+    case Use::Weight: stats_.weight_bytes += bytes; break;
+  }
+  note_peak();
+  return p;
+}
+
+void MemoryPool::release(std::byte* data, int64_t bytes, Use use) {
+  if (data == nullptr) return;
+  aligned_delete(data, kAlign);
+  stats_.current_bytes -= bytes;
+  switch (use) {
+    case Use::Pinned: stats_.pinned_bytes -= bytes; [[fallthrough]];
+    case Use::Kept: stats_.kept_bytes -= bytes; break;
+    case Use::Input: stats_.input_bytes -= bytes; break;
+    case Use::Weight: stats_.weight_bytes -= bytes; break;
+  }
+}
+
+void MemoryPool::move_use(int64_t bytes, Use from, Use to) {
+  if (from == to) return;
+  auto bucket = [&](Use use, int64_t delta) {
+    switch (use) {
+      case Use::Pinned: stats_.pinned_bytes += delta; [[fallthrough]];
+      case Use::Kept: stats_.kept_bytes += delta; break;
+      case Use::Input: stats_.input_bytes += delta; break;
+      case Use::Weight: stats_.weight_bytes += delta; break;
+    }
+  };
+  bucket(from, -bytes);
+  bucket(to, bytes);
+}
+
+std::byte* MemoryPool::arena(int64_t bytes) {
+  if (bytes > arena_bytes_) {
+    std::byte* grown = aligned_new(bytes, kAlign, "the transient arena");
+    if (arena_ != nullptr) aligned_delete(arena_, kAlign);
+    stats_.current_bytes += bytes - arena_bytes_;
+    stats_.transient_bytes = bytes;
+    stats_.allocations += 1;
+    arena_ = grown;
+    arena_bytes_ = bytes;
+    note_peak();
+  }
+  return arena_;
+}
+
+std::shared_ptr<const void> MemoryPool::hot_weight(const void* data, int64_t bytes) {
+  if (!options_.huge_page_weights || bytes < options_.min_weight_bytes) return nullptr;
+  if (auto it = weights_.find(data); it != weights_.end()) return it->second;
+  const int64_t rounded = static_cast<int64_t>((static_cast<size_t>(bytes) + kHugePage - 1) / kHugePage * kHugePage);
+  std::byte* copy = aligned_new(rounded, kHugePage, "a huge-page weight copy");
+  // Ask for transparent huge pages before the pages are touched.
+  madvise(copy, static_cast<size_t>(rounded), MADV_HUGEPAGE);
+  std::memcpy(copy, data, static_cast<size_t>(bytes));
+  stats_.allocations += 1;
+  stats_.current_bytes += rounded;
+  stats_.weight_bytes += rounded;
+  std::shared_ptr<const void> held(copy, [](const void* p) { aligned_delete(static_cast<std::byte*>(const_cast<void*>(p)), kHugePage); });
+  weights_.emplace(data, held);
+  return held;
+}
+
+void MemoryPool::note_peak() {
+  stats_.peak_bytes = std::max(stats_.peak_bytes, stats_.kept_bytes + stats_.transient_bytes);
+}
+
+// Pins first, then every session's candidates by score, best first, while they fit.
+void MemoryPool::rank() {
+  std::vector<GraphSession::KeepCandidate> candidates;
+  int64_t used = 0;
+  for (GraphSession* s : sessions_) s->collect_candidates(candidates, used);
+  std::sort(candidates.begin(), candidates.end(),
+            [](const GraphSession::KeepCandidate& a, const GraphSession::KeepCandidate& b) { return a.score > b.score; });
+  for (const GraphSession::KeepCandidate& c : candidates) {
+    const bool keep = options_.budget_bytes < 0 || used + c.bytes <= options_.budget_bytes;
+    if (keep) used += c.bytes;
+    c.session->apply_kept(c.node, keep);
+  }
+}
+
+}  // namespace tessera
