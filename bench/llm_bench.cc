@@ -68,13 +68,19 @@ std::pair<double, double> noop_reads(GraphSession& s, NodeId node, int64_t t, in
 int main(int argc, char** argv) {
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0) {
     std::fprintf(argc < 2 ? stderr : stdout,
-                 "usage: llm_bench MODEL.gguf [MODEL.gguf ...]\n"
+                 "usage: llm_bench [--mapped-weights] MODEL.gguf [MODEL.gguf ...]\n"
+                 "--mapped-weights: read weights from the file mapping instead of huge-page copies.\n"
                  "Prefill 128 tokens, decode at context 128 and 1024; prints tokens/s, the planner's\n"
                  "share of a decode step, plan cache hits and the time of a read with nothing to do.\n");
     return argc < 2 ? 2 : 0;
   }
+  bool huge_pages = true;
   try {
     for (int m = 1; m < argc; ++m) {
+      if (std::strcmp(argv[m], "--mapped-weights") == 0) {
+        huge_pages = false;
+        continue;
+      }
       auto model = LlmModel::load(argv[m], 1100);
       Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
       const int64_t vocab = model->config().vocab;
@@ -83,7 +89,9 @@ int main(int argc, char** argv) {
         text += "The quick brown fox jumps over the lazy dog while the engine keeps what it computed. ";
       std::vector<int32_t> corpus = tokenizer.encode(text, true, false);
 
-      auto s = model->new_session();
+      SessionOptions options;
+      options.pool = MemoryPool::create(MemoryPoolOptions{.huge_page_weights = huge_pages});
+      auto s = model->new_session(options);
       std::vector<int32_t> ids(corpus.begin(), corpus.begin() + 128);
       auto start = std::chrono::steady_clock::now();
       s->write("ids", Box{{0, 128}}, ids);

@@ -298,7 +298,9 @@ void GraphSession::ensure_buffer(NodeId id, const Box& extent) {
   const Node& n = graph_->node(id);
   const int64_t bytes = std::max<int64_t>(extent.volume() * dtype_size(n.dtype), 1);
   drop(id);
-  const MemoryPool::Use use = n.kind == OpKind::Input ? MemoryPool::Use::Input
+  // While folding (graph_ is not the execution graph yet) values become constants: weights.
+  const MemoryPool::Use use = n.kind == OpKind::Input                         ? MemoryPool::Use::Input
+                              : graph_ != exec_.get()                         ? MemoryPool::Use::Weight
                               : keep_[static_cast<size_t>(id)] == Keep::Always ? MemoryPool::Use::Pinned
                                                                                : MemoryPool::Use::Kept;
   v.buffer = pool_->allocate(bytes, use, op_display_name(n).c_str());

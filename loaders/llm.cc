@@ -145,14 +145,10 @@ void LlmModel::build() {
 }
 
 std::unique_ptr<GraphSession> LlmModel::new_session(SessionOptions options) const {
-  auto session = std::make_unique<GraphSession>(graph_, options);
-  for (NodeId id = 0; id < graph_.size(); ++id) {
-    const OpKind kind = graph_.node(id).kind;
-    if (kind != OpKind::Input && kind != OpKind::Constant) session->set_keep(id, Keep::Never);
-  }
-  for (const Tensor& t : keys_) session->set_keep(t.id, Keep::Always);
-  for (const Tensor& t : values_) session->set_keep(t.id, Keep::Always);
-  return session;
+  // Tokens are appended: the policy derives that K and V (which later rows read) are worth
+  // keeping and every other node (read one new row at a time) is transient.
+  options.hints.push_back(InputHint{"ids", InputHint::Kind::Append});
+  return std::make_unique<GraphSession>(graph_, options);
 }
 
 }  // namespace tessera

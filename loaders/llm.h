@@ -61,9 +61,9 @@ class LlmModel {
   const std::vector<Tensor>& keys() const { return keys_; }
   const std::vector<Tensor>& values() const { return values_; }
 
-  // A session with the cache policy this model wants: the attention's K and V inputs are
-  // pinned (they are what later tokens read), everything else is transient (a decode step
-  // only ever needs one new row of it).
+  // A session with the cache policy this model wants: the hint that ids are appended makes the
+  // policy keep the attention's K and V inputs (what later tokens read) and make everything else
+  // transient (a decode step only ever needs one new row of it).
   std::unique_ptr<GraphSession> new_session(SessionOptions options = {}) const;
 
  private:

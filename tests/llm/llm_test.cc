@@ -1,6 +1,7 @@
 // Real models against reference outputs of Hugging Face transformers (tests/llm/golden, made by
 // scripts/reference_logits.py), plus the incremental behaviour of decode and prompt edits.
-// The models are fetched by scripts/fetch_models.sh; without them these tests say so and pass.
+// The models are fetched by scripts/fetch_models.sh; without them these tests say so and pass
+// (and fail under CI: tests/llm/model_cases.h).
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -11,26 +12,13 @@
 
 #include "engine/op_def.h"
 #include "loaders/llm.h"
+#include "tests/llm/model_cases.h"
 
 using namespace tessera;
+using namespace tessera::testing;
 using json = nlohmann::json;
 
 namespace {
-
-struct ModelCase {
-  const char* file;
-  const char* golden;
-};
-constexpr ModelCase kSmol{"SmolLM2-135M-Instruct.Q4_1.gguf", "smollm2-135m-instruct-q4_1_reference.json"};
-constexpr ModelCase kGemma{"gemma-3-270m-q4_k_m.gguf", "gemma-3-270m-q4_k_m_reference.json"};
-
-std::string model_path(const ModelCase& m) { return std::string(TESSERA_SOURCE_DIR) + "/models/" + m.file; }
-
-bool have(const ModelCase& m) {
-  if (std::filesystem::exists(model_path(m))) return true;
-  MESSAGE("skipping: ", model_path(m), " missing (run scripts/fetch_models.sh)");
-  return false;
-}
 
 json golden(const ModelCase& m) {
   std::ifstream in(std::string(TESSERA_SOURCE_DIR) + "/tests/llm/golden/" + m.golden);

@@ -1,0 +1,35 @@
+// A small conv net with random weights (fixed seed) for memory-pool and edit tests: conv, silu,
+// strided conv, conv, nearest upsample, conv. Input "image" [1, 3, H, W], output "out"
+// [1, 3, H, W] (H and W even).
+#pragma once
+
+#include <random>
+#include <vector>
+
+#include "engine/ops.h"
+
+namespace tessera::testing {
+
+inline Tensor conv_net(Graph& g, int64_t height, int64_t width, uint64_t seed = 11) {
+  std::mt19937_64 rng(seed);
+  auto weight = [&](const Shape& shape) {
+    std::normal_distribution<float> normal(0.0f, 0.2f);
+    std::vector<float> values(static_cast<size_t>(shape_volume(shape)));
+    for (float& v : values) v = normal(rng);
+    return g.constant(shape, values);
+  };
+  Tensor x = g.input("image", {1, 3, height, width}, DType::F32);
+  Conv2dParams same;
+  same.pad_h = same.pad_w = 1;
+  Conv2dParams down = same;
+  down.stride_h = down.stride_w = 2;
+  x = silu(conv2d(x, weight({8, 3, 3, 3}), weight({8}), same));
+  x = silu(conv2d(x, weight({8, 8, 3, 3}), weight({8}), down));
+  x = silu(conv2d(x, weight({8, 8, 3, 3}), weight({8}), same));
+  x = upsample_nearest(x, 2);
+  Tensor out = conv2d(x, weight({3, 8, 3, 3}), weight({3}), same);
+  g.output("out", out);
+  return out;
+}
+
+}  // namespace tessera::testing
