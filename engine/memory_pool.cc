@@ -33,6 +33,8 @@ MemoryPool::MemoryPool(MemoryPoolOptions options) : options_(options) {}
 
 MemoryPool::~MemoryPool() {
   if (arena_ != nullptr) aligned_delete(arena_, kAlign);
+  weights_.clear();
+  for (const Chunk& c : weight_chunks_) aligned_delete(c.data, kHugePage);
 }
 
 PoolStats MemoryPool::stats() const {
@@ -99,15 +101,25 @@ std::byte* MemoryPool::arena(int64_t bytes) {
 std::shared_ptr<const void> MemoryPool::hot_weight(const void* data, int64_t bytes) {
   if (!options_.huge_page_weights || bytes < options_.min_weight_bytes) return nullptr;
   if (auto it = weights_.find(data); it != weights_.end()) return it->second;
-  const int64_t rounded = static_cast<int64_t>((static_cast<size_t>(bytes) + kHugePage - 1) / kHugePage * kHugePage);
-  std::byte* copy = aligned_new(rounded, kHugePage, "a huge-page weight copy");
-  // Ask for transparent huge pages before the pages are touched.
-  madvise(copy, static_cast<size_t>(rounded), MADV_HUGEPAGE);
+  // Bump-allocate in chunks of huge pages (a chunk per weight would round each up to 2 MiB).
+  const int64_t need = (bytes + static_cast<int64_t>(kAlign) - 1) / static_cast<int64_t>(kAlign) * static_cast<int64_t>(kAlign);
+  if (weight_chunks_.empty() || weight_chunks_.back().size - weight_chunks_.back().used < need) {
+    const int64_t size = std::max<int64_t>(int64_t{64} << 20, (need + static_cast<int64_t>(kHugePage) - 1) /
+                                                                  static_cast<int64_t>(kHugePage) * static_cast<int64_t>(kHugePage));
+    std::byte* chunk = aligned_new(size, kHugePage, "huge-page weight memory");
+    // Ask for transparent huge pages before the pages are touched.
+    madvise(chunk, static_cast<size_t>(size), MADV_HUGEPAGE);
+    weight_chunks_.push_back(Chunk{chunk, size, 0});
+    stats_.allocations += 1;
+    stats_.current_bytes += size;
+    stats_.weight_bytes += size;
+  }
+  Chunk& chunk = weight_chunks_.back();
+  std::byte* copy = chunk.data + chunk.used;
+  chunk.used += need;
   std::memcpy(copy, data, static_cast<size_t>(bytes));
-  stats_.allocations += 1;
-  stats_.current_bytes += rounded;
-  stats_.weight_bytes += rounded;
-  std::shared_ptr<const void> held(copy, [](const void* p) { aligned_delete(static_cast<std::byte*>(const_cast<void*>(p)), kHugePage); });
+  // The pool owns the chunk: the handle only marks the copy as in use by the graphs holding it.
+  std::shared_ptr<const void> held(copy, [](const void*) {});
   weights_.emplace(data, held);
   return held;
 }

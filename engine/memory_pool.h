@@ -88,6 +88,13 @@ class MemoryPool {
   int64_t arena_bytes_ = 0;
   std::vector<GraphSession*> sessions_;
   absl::flat_hash_map<const void*, std::shared_ptr<const void>> weights_;
+  // Huge-page chunks the weight copies are placed in (bump allocation, freed with the pool).
+  struct Chunk {
+    std::byte* data;
+    int64_t size;
+    int64_t used;
+  };
+  std::vector<Chunk> weight_chunks_;
 };
 
 }  // namespace tessera

@@ -148,6 +148,9 @@ std::unique_ptr<GraphSession> LlmModel::new_session(SessionOptions options) cons
   // Tokens are appended: the policy derives that K and V (which later rows read) are worth
   // keeping and every other node (read one new row at a time) is transient.
   options.hints.push_back(InputHint{"ids", InputHint::Kind::Append});
+  // Sessions of one model share its pool (and so its huge-page weight copies) unless told
+  // otherwise.
+  if (options.pool == nullptr && options.cache_budget_bytes < 0) options.pool = pool_;
   return std::make_unique<GraphSession>(graph_, options);
 }
 

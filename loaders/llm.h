@@ -64,7 +64,10 @@ class LlmModel {
   // A session with the cache policy this model wants: the hint that ids are appended makes the
   // policy keep the attention's K and V inputs (what later tokens read) and make everything else
   // transient (a decode step only ever needs one new row of it).
+  // Without a pool or budget in `options`, sessions share the model's pool (its weights are
+  // copied into huge-page memory once).
   std::unique_ptr<GraphSession> new_session(SessionOptions options = {}) const;
+  const std::shared_ptr<MemoryPool>& pool() const { return pool_; }
 
  private:
   LlmModel(GgufFile file, int64_t capacity);
@@ -72,6 +75,7 @@ class LlmModel {
   Tensor weight(const std::string& name);
 
   GgufFile file_;
+  std::shared_ptr<MemoryPool> pool_ = MemoryPool::create();
   LlmConfig config_;
   int64_t capacity_ = 0;
   Graph graph_;
