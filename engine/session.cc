@@ -71,6 +71,7 @@ void GraphSession::reset_state() {
   fixed_.assign(n, 0);
   keep_.assign(n, Keep::Auto);
   reused_.assign(n, 0);
+  invalidated_.assign(n, 0);
   dirtied_by_.assign(n, -1);
   for (NodeId id = 0; id < graph_->size(); ++id) {
     const Node& node = graph_->node(id);
@@ -348,7 +349,9 @@ void GraphSession::write(std::string_view input, const Box& box, std::span<const
     if (d.empty()) continue;
     Region& valid = valid_[static_cast<size_t>(k)];
     if (!valid.empty() && valid.intersects(d.bounding_box())) {
+      const int64_t before = valid.volume();
       valid.remove(d);
+      invalidated_[static_cast<size_t>(k)] += before - valid.volume();
       valid.shrink_to(options_.max_valid_boxes);
       dirtied_by_[static_cast<size_t>(k)] = sequence;
     }
@@ -399,9 +402,12 @@ void GraphSession::collect_candidates(std::vector<KeepCandidate>& candidates, in
       if (n.kind == OpKind::Matmul || n.kind == OpKind::Linear || n.kind == OpKind::Attention)
         cost = static_cast<double>(first.shape.back());
     }
+    // Reuse seen (and hinted) makes a value worth its bytes; values that writes keep
+    // invalidating before they are reused are worth less.
     const double reuse = static_cast<double>(reused_[i]) + (hint_reuse_.empty() ? 0.0 : hint_reuse_[i]);
-    candidates.push_back(KeepCandidate{this, id, n.size_bytes(),
-                                       (reuse + 1.0) * cost / static_cast<double>(std::max<int64_t>(n.size_bytes(), 1))});
+    const double survival = (reuse + 1.0) / (reuse + static_cast<double>(invalidated_[i]) + 1.0);
+    candidates.push_back(KeepCandidate{
+        this, id, n.size_bytes(), (reuse + 1.0) * survival * cost / static_cast<double>(std::max<int64_t>(n.size_bytes(), 1))});
   }
 }
 
@@ -435,8 +441,14 @@ void GraphSession::derive_hints() {
       row = x.shape[0] / 2;
       write[0] = Interval(row, row + 1);
     } else {
-      if (x.rank() < 2) throw Error(absl::StrCat("[session] edit hint on '", hint.input, "' needs rank >= 2"));
-      for (int d = x.rank() - 2; d < x.rank(); ++d) {
+      std::vector<int> axes = hint.axes;
+      if (axes.empty()) {
+        if (x.rank() < 2) throw Error(absl::StrCat("[session] edit hint on '", hint.input, "' needs rank >= 2"));
+        axes = {x.rank() - 2, x.rank() - 1};
+      }
+      for (int d : axes) {
+        if (d < 0 || d >= x.rank())
+          throw Error(absl::StrCat("[session] edit hint on '", hint.input, "': axis ", d, " out of range"));
         const int64_t size = std::max<int64_t>(1, x.shape[static_cast<size_t>(d)] / 8);
         const int64_t begin = (x.shape[static_cast<size_t>(d)] - size) / 2;
         write[d] = Interval(begin, begin + size);

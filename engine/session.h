@@ -43,10 +43,11 @@ enum class Keep : uint8_t { Auto, Always, Never };
 struct InputHint {
   enum class Kind : uint8_t {
     Append,  // rows are appended along axis 0 (tokens of a sequence); reads take the new rows
-    Edits,   // small boxes of the last two axes change (image edits); reads take everything
+    Edits,   // small boxes of `axes` change (image edits); reads take everything
   };
   std::string input;
   Kind kind = Kind::Append;
+  std::vector<int> axes;  // Edits: the edited axes (empty: the last two)
 };
 
 struct SessionOptions {
@@ -245,7 +246,8 @@ class GraphSession {
   std::vector<uint8_t> live_;   // per node: reachable from an output (fused-away nodes are not)
   std::vector<uint8_t> user_reaches_output_;  // per user node: some output of the user graph reads it
   std::vector<Keep> keep_;
-  std::vector<int64_t> reused_;  // elements reads found valid, per node (cache policy signal)
+  std::vector<int64_t> reused_;       // elements reads found valid, per node (cache policy signal)
+  std::vector<int64_t> invalidated_;  // elements writes took from valid values, per node
   bool keep_changed_ = true;
   int64_t reads_since_ranking_ = 0;
   SessionStats stats_;
