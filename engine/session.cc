@@ -36,7 +36,7 @@ std::byte* allocate_aligned(int64_t bytes, std::string_view what) {
 
 GraphSession::GraphSession(const Graph& graph, SessionOptions options)
     : user_(graph), node_count_(graph.size()), options_(options),
-      backend_(options.backend == BackendKind::Cpu ? make_cpu_backend() : make_reference_backend()) {
+      backend_(make_backend(options)) {
   arena_ = decltype(arena_)(nullptr, free_aligned);
   if (options_.max_region_boxes < 1 || options_.max_valid_boxes < 1)
     throw Error(absl::StrCat("[session] max_region_boxes (", options_.max_region_boxes, ") and max_valid_boxes (",
