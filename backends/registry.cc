@@ -30,20 +30,23 @@ bool valid_name(std::string_view name) {
 }
 
 // Why a plugin file gave no backend, or the backend; `want` (when not empty) must be its name.
-absl::StatusOr<std::unique_ptr<Backend>> load_plugin(const std::string& path, std::string_view want) {
+absl::StatusOr<std::unique_ptr<Backend>> load_plugin(const std::string& path,
+                                                     std::string_view want) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) return absl::NotFoundError("no such file");
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
     const char* why = dlerror();
-    return absl::FailedPreconditionError(absl::StrCat("dlopen failed: ", why != nullptr ? why : "unknown error"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("dlopen failed: ", why != nullptr ? why : "unknown error"));
   }
   auto reject = [&](std::string message) {
     dlclose(handle);  // nothing of it was used
     return absl::FailedPreconditionError(std::move(message));
   };
   void* symbol = dlsym(handle, TESSERA_BACKEND_PLUGIN_SYMBOL);
-  if (symbol == nullptr) return reject(absl::StrCat("no entry point '", TESSERA_BACKEND_PLUGIN_SYMBOL, "'"));
+  if (symbol == nullptr)
+    return reject(absl::StrCat("no entry point '", TESSERA_BACKEND_PLUGIN_SYMBOL, "'"));
   const TesseraBackendPlugin* plugin = reinterpret_cast<TesseraBackendPluginFn>(symbol)();
   if (plugin == nullptr) return reject("the entry point returned no descriptor");
   if (plugin->abi_version != TESSERA_BACKEND_ABI_VERSION)
@@ -51,12 +54,14 @@ absl::StatusOr<std::unique_ptr<Backend>> load_plugin(const std::string& path, st
                                TESSERA_BACKEND_ABI_VERSION));
   if (plugin->name == nullptr || plugin->create == nullptr) return reject("incomplete descriptor");
   if (!want.empty() && std::string_view(plugin->name) != want)
-    return reject(absl::StrCat("the library is backend '", plugin->name, "', not '", std::string(want), "'"));
+    return reject(
+        absl::StrCat("the library is backend '", plugin->name, "', not '", std::string(want), "'"));
   char error[512] = {};
   Backend* backend = plugin->create(error, sizeof(error));
   error[sizeof(error) - 1] = '\0';
   // The library stays loaded (even on failure, create may have registered things): see backend.h.
-  if (backend == nullptr) return absl::FailedPreconditionError(absl::StrCat("create failed: ", error));
+  if (backend == nullptr)
+    return absl::FailedPreconditionError(absl::StrCat("create failed: ", error));
   return std::unique_ptr<Backend>(backend);
 }
 
@@ -65,7 +70,8 @@ absl::StatusOr<std::unique_ptr<Backend>> load_plugin(const std::string& path, st
 std::vector<std::string> BackendRegistry::default_search_path() {
   std::vector<std::string> path;
   if (const char* env = std::getenv("TESSERA_BACKEND_PATH"))
-    for (absl::string_view dir : absl::StrSplit(env, ':', absl::SkipEmpty())) path.emplace_back(dir);
+    for (absl::string_view dir : absl::StrSplit(env, ':', absl::SkipEmpty()))
+      path.emplace_back(dir);
   path.emplace_back(TESSERA_INSTALL_BACKEND_DIR);
   return path;
 }
@@ -75,23 +81,28 @@ absl::StatusOr<std::unique_ptr<Backend>> BackendRegistry::create(std::string_vie
   if (name == "reference") return make_reference_backend();
   if (!valid_name(name))
     return absl::InvalidArgumentError(
-        absl::StrCat("[backend] '", std::string(name), "' is not a backend name (lower-case letters, digits, '_')"));
+        absl::StrCat("[backend] '", std::string(name),
+                     "' is not a backend name (lower-case letters, digits, '_')"));
   std::vector<std::string> tried;
   for (const std::string& dir : search_path_) {
-    const std::string path = absl::StrCat(dir, "/", std::string(kPrefix), std::string(name), std::string(kSuffix));
+    const std::string path =
+        absl::StrCat(dir, "/", std::string(kPrefix), std::string(name), std::string(kSuffix));
     absl::StatusOr<std::unique_ptr<Backend>> backend = load_plugin(path, name);
     if (backend.ok()) return backend;
     tried.push_back(absl::StrCat(path, " (", backend.status().message(), ")"));
   }
-  return absl::NotFoundError(absl::StrCat("[backend] no backend '", std::string(name), "': built in are cpu, reference; tried ",
-                                          tried.empty() ? std::string("no plugin directory") : absl::StrJoin(tried, "; "),
-                                          " (set TESSERA_BACKEND_PATH to the plugin directories)"));
+  return absl::NotFoundError(absl::StrCat(
+      "[backend] no backend '", std::string(name), "': built in are cpu, reference; tried ",
+      tried.empty() ? std::string("no plugin directory") : absl::StrJoin(tried, "; "),
+      " (set TESSERA_BACKEND_PATH to the plugin directories)"));
 }
 
-absl::StatusOr<std::unique_ptr<Backend>> BackendRegistry::create_from_file(const std::string& path) {
+absl::StatusOr<std::unique_ptr<Backend>> BackendRegistry::create_from_file(
+    const std::string& path) {
   absl::StatusOr<std::unique_ptr<Backend>> backend = load_plugin(path, "");
   if (backend.ok()) return backend;
-  return absl::Status(backend.status().code(), absl::StrCat("[backend] ", path, ": ", backend.status().message()));
+  return absl::Status(backend.status().code(),
+                      absl::StrCat("[backend] ", path, ": ", backend.status().message()));
 }
 
 std::vector<std::string> BackendRegistry::available() const {
@@ -100,10 +111,12 @@ std::vector<std::string> BackendRegistry::available() const {
     std::error_code ec;
     for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
       const std::string file = it->path().filename().string();
-      if (file.size() <= kPrefix.size() + kSuffix.size() || !file.starts_with(kPrefix) || !file.ends_with(kSuffix))
+      if (file.size() <= kPrefix.size() + kSuffix.size() || !file.starts_with(kPrefix) ||
+          !file.ends_with(kSuffix))
         continue;
       std::string name = file.substr(kPrefix.size(), file.size() - kPrefix.size() - kSuffix.size());
-      if (valid_name(name) && std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+      if (valid_name(name) && std::find(names.begin(), names.end(), name) == names.end())
+        names.push_back(name);
     }
   }
   return names;

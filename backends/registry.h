@@ -25,7 +25,8 @@ class BackendRegistry {
   // TESSERA_BACKEND_PATH's directories (read now), then the install location.
   static std::vector<std::string> default_search_path();
   BackendRegistry() : BackendRegistry(default_search_path()) {}
-  explicit BackendRegistry(std::vector<std::string> search_path) : search_path_(std::move(search_path)) {}
+  explicit BackendRegistry(std::vector<std::string> search_path)
+      : search_path_(std::move(search_path)) {}
 
   const std::vector<std::string>& search_path() const { return search_path_; }
   // A new backend called `name` (lower-case letters, digits and '_'): a built-in one or a plugin.

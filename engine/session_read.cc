@@ -21,7 +21,8 @@ std::unique_ptr<Backend> GraphSession::make_backend(const SessionOptions& option
   if (!backend.ok()) throw Error(std::string(backend.status().message()));
   // Sessions allocate host memory and pass host views (a device backend needs copies: not yet).
   if (!(*backend)->host_addressable())
-    throw Error(absl::StrCat("[session] backend ", name, " computes in device memory; sessions run host backends only"));
+    throw Error(absl::StrCat("[session] backend ", name,
+                             " computes in device memory; sessions run host backends only"));
   return std::move(*backend);
 }
 
@@ -56,7 +57,8 @@ Plan& GraphSession::plan_for(NodeId target, std::span<const Step> steps, const s
 // plan's offsets; kept outputs in their own full-size buffers. On failure the failed step's
 // output is not marked valid, the transients are reset by the caller, and Error is thrown.
 void GraphSession::execute(const Plan& plan, std::span<const Step> steps, bool count) {
-  if (plan.prepared == nullptr) throw Error("[plan] internal error: running a plan the backend did not prepare");
+  if (plan.prepared == nullptr)
+    throw Error("[plan] internal error: running a plan the backend did not prepare");
   if (plan.arena_bytes > arena_capacity_) {
     arena_.reset(allocate_aligned(plan.arena_bytes, "the transient arena"));
     arena_capacity_ = plan.arena_bytes;

@@ -5,9 +5,10 @@
 // kept/transient status, box extents rounded up to buckets, the same in-place opportunities)
 // share one Plan: the memory plan of the transient buffers and, once the backend prepared it,
 // the backend's compiled form (its kernel for every step). Box offsets are run-time
-// parameters: decode steps at positions t and t + 1 run the same plan. Keys are 64-bit xxHashes of (graph structure hash, backend,
-// target, pattern); the full pattern is stored with the plan and compared on lookup, so a hash
-// collision costs a recompile, never a wrong plan.
+// parameters: decode steps at positions t and t + 1 run the same plan. Keys are 64-bit
+// xxHashes of (graph structure hash, backend, target, pattern); the full pattern is stored
+// with the plan and compared on lookup, so a hash collision costs a recompile, never a wrong
+// plan.
 #pragma once
 
 #include <cstdint>
@@ -85,12 +86,13 @@ class PlanCache {
   void clear() { plans_.clear(); stats_.size = 0; }
 
   // On-disk cache of the patterns of the cached plans; load() compiles each again (the memory
-  // plan is recomputed, the backend prepares each plan on first use, nothing stored is used unchecked). The file records the graph
-  // structure hash and backend and ends with an xxHash of its contents: a file that is
-  // truncated, corrupt, or made for another graph or backend is ignored with a warning on
-  // stderr and returns false; it is never trusted. save() throws Error when it cannot write.
+  // plan is recomputed, the backend prepares each plan on first use, nothing stored is used
+  // unchecked). The file records the graph structure hash and backend and ends with an xxHash
+  // of its contents: a file that is truncated, corrupt, or made for another graph or backend
+  // is ignored with a warning on stderr and returns false; it is never trusted. save() throws Error when it cannot write.
   void save(const std::string& path, uint64_t graph_hash, std::string_view backend) const;
-  bool load(const std::string& path, const Graph& graph, uint64_t graph_hash, std::string_view backend);
+  bool load(const std::string& path, const Graph& graph, uint64_t graph_hash,
+            std::string_view backend);
 
  private:
   absl::flat_hash_map<uint64_t, std::unique_ptr<Plan>> plans_;

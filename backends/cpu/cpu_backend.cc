@@ -26,7 +26,11 @@ class CpuBackend final : public HostBackend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(true); }
-std::unique_ptr<Backend> make_reference_backend() { return std::make_unique<CpuBackend>(false); }
+std::unique_ptr<Backend> make_cpu_backend() {
+  return std::make_unique<CpuBackend>(true);
+}
+std::unique_ptr<Backend> make_reference_backend() {
+  return std::make_unique<CpuBackend>(false);
+}
 
 }  // namespace tessera

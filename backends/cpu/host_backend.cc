@@ -56,21 +56,25 @@ void for_each_run(const Box& extent, const Box& box, Fn fn) {
 }  // namespace
 
 HostBackend::~HostBackend() {
-  for (const auto& [id, bytes] : buffers_) ::operator delete[](reinterpret_cast<std::byte*>(id), kAlignment);
+  for (const auto& [id, bytes] : buffers_)
+    ::operator delete[](reinterpret_cast<std::byte*>(id), kAlignment);
 }
 
 absl::Status HostBackend::supports(const Graph& graph, const Node& node) const {
   if (kernel_for(graph, node) != nullptr) return absl::OkStatus();
-  return absl::UnimplementedError(absl::StrCat("[", op_display_name(node), "] backend ", std::string(name()),
-                                               " has no kernel for this op (", dtype_name(node.dtype), " output)"));
+  return absl::UnimplementedError(absl::StrCat("[", op_display_name(node), "] backend ",
+                                               std::string(name()), " has no kernel for this op (",
+                                               dtype_name(node.dtype), " output)"));
 }
 
 absl::StatusOr<BufferHandle> HostBackend::allocate(int64_t size_bytes) {
-  if (size_bytes < 0) return absl::InvalidArgumentError(absl::StrCat("[backend] allocate of ", size_bytes, " bytes"));
-  std::byte* p = static_cast<std::byte*>(
-      ::operator new[](static_cast<size_t>(std::max<int64_t>(size_bytes, 1)), kAlignment, std::nothrow));
+  if (size_bytes < 0)
+    return absl::InvalidArgumentError(absl::StrCat("[backend] allocate of ", size_bytes, " bytes"));
+  std::byte* p = static_cast<std::byte*>(::operator new[](
+      static_cast<size_t>(std::max<int64_t>(size_bytes, 1)), kAlignment, std::nothrow));
   if (p == nullptr)
-    return absl::ResourceExhaustedError(absl::StrCat("[backend] out of host memory allocating ", size_bytes, " bytes"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("[backend] out of host memory allocating ", size_bytes, " bytes"));
   const uint64_t id = reinterpret_cast<uint64_t>(p);
   buffers_[id] = size_bytes;
   return BufferHandle{id};
@@ -87,16 +91,20 @@ void* HostBackend::host_address(BufferHandle buffer) const {
   return buffers_.contains(buffer.id) ? reinterpret_cast<void*>(buffer.id) : nullptr;
 }
 
-absl::StatusOr<std::byte*> HostBackend::region_address(const BufferRegion& region, const Box& box) const {
+absl::StatusOr<std::byte*> HostBackend::region_address(const BufferRegion& region,
+                                                       const Box& box) const {
   auto it = buffers_.find(region.buffer.id);
-  if (it == buffers_.end()) return absl::InvalidArgumentError("[backend] copy with an unknown buffer");
+  if (it == buffers_.end())
+    return absl::InvalidArgumentError("[backend] copy with an unknown buffer");
   if (box.rank() != region.extent.rank() || !region.extent.contains(box))
-    return absl::InvalidArgumentError(
-        absl::StrCat("[backend] copy of box ", box.to_string(), " outside the region ", region.extent.to_string()));
+    return absl::InvalidArgumentError(absl::StrCat("[backend] copy of box ", box.to_string(),
+                                                   " outside the region ",
+                                                   region.extent.to_string()));
   const int64_t bytes = dtype_bytes(region.dtype, region.extent.volume());
   if (region.offset_bytes < 0 || region.offset_bytes + bytes > it->second)
-    return absl::InvalidArgumentError(absl::StrCat("[backend] region of ", bytes, " bytes at offset ",
-                                                   region.offset_bytes, " past a buffer of ", it->second, " bytes"));
+    return absl::InvalidArgumentError(absl::StrCat("[backend] region of ", bytes,
+                                                   " bytes at offset ", region.offset_bytes,
+                                                   " past a buffer of ", it->second, " bytes"));
   return reinterpret_cast<std::byte*>(region.buffer.id) + region.offset_bytes;
 }
 
@@ -124,15 +132,18 @@ absl::Status HostBackend::copy_out(const BufferRegion& region, const Box& box, v
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<PreparedPlan>> HostBackend::prepare(const Graph& graph, const Plan& plan) {
+absl::StatusOr<std::unique_ptr<PreparedPlan>> HostBackend::prepare(const Graph& graph,
+                                                                   const Plan& plan) {
   auto prepared = std::make_unique<HostPreparedPlan>();
   prepared->steps.reserve(plan.steps.size());
   for (const PlanStep& ps : plan.steps) {
-    if (ps.node < 0 || ps.node >= graph.size()) return absl::InvalidArgumentError("[backend] plan of another graph");
+    if (ps.node < 0 || ps.node >= graph.size())
+      return absl::InvalidArgumentError("[backend] plan of another graph");
     const Node& node = graph.node(ps.node);
     if (absl::Status supported = supports(graph, node); !supported.ok()) return supported;
     HostStep step{kernel_for(graph, node), &node, kernel_node(graph, node).constant_data};
-    if (step.kernel == nullptr) return absl::InternalError("[backend] supported op without a kernel");
+    if (step.kernel == nullptr)
+      return absl::InternalError("[backend] supported op without a kernel");
     prepared->steps.push_back(step);
   }
   return std::unique_ptr<PreparedPlan>(std::move(prepared));
@@ -140,10 +151,12 @@ absl::StatusOr<std::unique_ptr<PreparedPlan>> HostBackend::prepare(const Graph& 
 
 absl::Status HostBackend::run(const PreparedPlan& prepared, std::span<const StepLaunch> launches) {
   const auto* plan = dynamic_cast<const HostPreparedPlan*>(&prepared);
-  if (plan == nullptr) return absl::InvalidArgumentError("[backend] plan prepared by another backend");
+  if (plan == nullptr)
+    return absl::InvalidArgumentError("[backend] plan prepared by another backend");
   for (const StepLaunch& launch : launches) {
     if (launch.step < 0 || static_cast<size_t>(launch.step) >= plan->steps.size())
-      return absl::InvalidArgumentError(absl::StrCat("[backend] step ", launch.step, " not in the plan"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("[backend] step ", launch.step, " not in the plan"));
     const HostStep& step = plan->steps[static_cast<size_t>(launch.step)];
     KernelNode node(*step.node);
     node.constant_data = step.constant_data;

@@ -24,7 +24,8 @@ class HostBackend : public Backend {
   absl::Status copy_in(const BufferRegion& region, const Box& box, const void* host) override;
   absl::Status copy_out(const BufferRegion& region, const Box& box, void* host) override;
   // One KernelFn per step (kernel_for), plus what KernelArgs needs of the node.
-  absl::StatusOr<std::unique_ptr<PreparedPlan>> prepare(const Graph& graph, const Plan& plan) override;
+  absl::StatusOr<std::unique_ptr<PreparedPlan>> prepare(const Graph& graph,
+                                                        const Plan& plan) override;
   // Calls each launch's kernel once per box, in order, on the calling thread; returns the first
   // kernel's error unchanged (the caller knows the step, hence the op).
   absl::Status run(const PreparedPlan& prepared, std::span<const StepLaunch> launches) override;

@@ -53,6 +53,7 @@ const TesseraBackendPlugin kPlugin = {TESSERA_BACKEND_ABI_VERSION, "test", &crea
 }  // namespace
 }  // namespace tessera
 
-extern "C" __attribute__((visibility("default"))) const TesseraBackendPlugin* tessera_backend_plugin(void) {
+extern "C" __attribute__((visibility("default"))) const TesseraBackendPlugin*
+tessera_backend_plugin(void) {
   return &tessera::kPlugin;
 }

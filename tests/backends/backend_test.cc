@@ -98,13 +98,15 @@ TEST_CASE("backends: the registry creates the built-in backends by name") {
 }
 
 TEST_CASE("backends: a missing plugin and missing directories are reported with what was tried") {
-  BackendRegistry registry(std::vector<std::string>{"/nonexistent/tessera/a", "/nonexistent/tessera/b"});
+  BackendRegistry registry(
+      std::vector<std::string>{"/nonexistent/tessera/a", "/nonexistent/tessera/b"});
   absl::StatusOr<std::unique_ptr<Backend>> backend = registry.create("cuda");
   REQUIRE_FALSE(backend.ok());
   CHECK(backend.status().code() == absl::StatusCode::kNotFound);
   const std::string message(backend.status().message());
   CHECK(message.find("no backend 'cuda'") != std::string::npos);
-  CHECK(message.find("/nonexistent/tessera/a/libtessera_backend_cuda.so (no such file)") != std::string::npos);
+  CHECK(message.find("/nonexistent/tessera/a/libtessera_backend_cuda.so (no such file)") !=
+        std::string::npos);
   CHECK(message.find("/nonexistent/tessera/b/libtessera_backend_cuda.so") != std::string::npos);
 
   // Through a session: an Error, not a crash.
@@ -112,7 +114,8 @@ TEST_CASE("backends: a missing plugin and missing directories are reported with 
   SmallModel m;
   SessionOptions options;
   options.backend_name = "cuda";
-  CHECK_THROWS_WITH_AS(GraphSession(m.g, options), doctest::Contains("libtessera_backend_cuda.so"), Error);
+  CHECK_THROWS_WITH_AS(GraphSession(m.g, options), doctest::Contains("libtessera_backend_cuda.so"),
+                       Error);
 }
 
 TEST_CASE("backends: bogus plugin files are reported, not fatal") {
@@ -121,10 +124,13 @@ TEST_CASE("backends: bogus plugin files are reported, not fatal") {
   std::ofstream(dir.path / "libtessera_backend_empty.so").close();
   std::ofstream(dir.path / "libtessera_backend_bogus.so") << "not a shared library\n";
   // Real libraries: one without the entry point, one of another ABI version.
-  std::filesystem::copy_file(kPluginDir + "/libtessera_backend_nosymbol.so", dir.path / "libtessera_backend_nosymbol.so");
-  std::filesystem::copy_file(kPluginDir + "/libtessera_backend_oldabi.so", dir.path / "libtessera_backend_oldabi.so");
+  std::filesystem::copy_file(kPluginDir + "/libtessera_backend_nosymbol.so",
+                             dir.path / "libtessera_backend_nosymbol.so");
+  std::filesystem::copy_file(kPluginDir + "/libtessera_backend_oldabi.so",
+                             dir.path / "libtessera_backend_oldabi.so");
   // The real test plugin under another file name: the descriptor's name must match.
-  std::filesystem::copy_file(kPluginDir + "/libtessera_backend_test.so", dir.path / "libtessera_backend_renamed.so");
+  std::filesystem::copy_file(kPluginDir + "/libtessera_backend_test.so",
+                             dir.path / "libtessera_backend_renamed.so");
   BackendRegistry registry(std::vector<std::string>{dir.path.string()});
   struct Case {
     const char* name;
@@ -148,7 +154,9 @@ TEST_CASE("backends: bogus plugin files are reported, not fatal") {
   CHECK(std::find(names.begin(), names.end(), "bogus") != names.end());
 }
 
-TEST_CASE("backends: the test plugin loads through TESSERA_BACKEND_PATH and matches the reference bitwise") {
+TEST_CASE(
+    "backends: the test plugin loads through TESSERA_BACKEND_PATH and matches the reference "
+    "bitwise") {
   ScopedEnv env("TESSERA_BACKEND_PATH", "/nonexistent/first:" + kPluginDir);
   absl::StatusOr<std::unique_ptr<Backend>> backend = BackendRegistry().create("test");
   REQUIRE_MESSAGE(backend.ok(), backend.status().message());
@@ -174,7 +182,8 @@ TEST_CASE("backends: the test plugin loads through TESSERA_BACKEND_PATH and matc
   CHECK(s.backend_name() == "test");
 }
 
-TEST_CASE("backends: an op the plugin does not support is a clear Error, and the session stays usable") {
+TEST_CASE(
+    "backends: an op the plugin does not support is a clear Error, and the session stays usable") {
   ScopedEnv env("TESSERA_BACKEND_PATH", kPluginDir);
   Graph g;
   Tensor x = g.input("x", {4, 3}, DType::F32);
@@ -215,11 +224,14 @@ TEST_CASE("backends: host buffers are opaque handles with checked box copies") {
   REQUIRE(base != nullptr);
   CHECK(base[2 + 1 * 3 + 0] == rows[0]);  // byte offset 8 = 2 floats, row 3 is the second row
 
-  CHECK(backend->copy_in(region, Box{{0, 3}, {0, 3}}, rows.data()).code() == absl::StatusCode::kInvalidArgument);
+  CHECK(backend->copy_in(region, Box{{0, 3}, {0, 3}}, rows.data()).code() ==
+        absl::StatusCode::kInvalidArgument);
   const BufferRegion past{*buffer, 16, DType::F32, Box{{2, 6}, {0, 3}}};
-  CHECK(backend->copy_in(past, Box{{3, 4}, {0, 3}}, rows.data()).code() == absl::StatusCode::kInvalidArgument);
+  CHECK(backend->copy_in(past, Box{{3, 4}, {0, 3}}, rows.data()).code() ==
+        absl::StatusCode::kInvalidArgument);
   backend->free(*buffer);
-  CHECK(backend->copy_out(region, Box{{3, 4}, {0, 3}}, back.data()).code() == absl::StatusCode::kInvalidArgument);
+  CHECK(backend->copy_out(region, Box{{3, 4}, {0, 3}}, back.data()).code() ==
+        absl::StatusCode::kInvalidArgument);
   backend->free(*buffer);  // a second free does nothing
   CHECK(backend->allocate(-1).status().code() == absl::StatusCode::kInvalidArgument);
   CHECK(backend->synchronize().ok());
