@@ -153,7 +153,7 @@ void bench_linear(DType dtype, int64_t k, int64_t n, int64_t m, const Options& o
             x_view,
             dense_view(const_cast<void*>(g.constant_data(g.node(node.inputs[1]).constant).data),
                        dtype, Box{{0, n}, {0, k}})};
-        (void)kernel(KernelArgs{g, node, views, out_view, box});
+        (void)kernel(KernelCall{g, node, views, out_view, box});
       },
       options.quick ? 0.15 : 0.6);
   const double flops = 2.0 * static_cast<double>(m * n * k);
@@ -189,9 +189,10 @@ void bench_attention(const char* model, int64_t hq, int64_t hkv, int64_t d, int6
   TensorView out_view = dense_view(out.data(), DType::F32, Box::full(a.shape()));
   const KernelFn kernel = cpu::optimised_kernel(g, a.node());
   const Box box{{context - rows, context}, {0, hq}, {0, d}};
+  const KernelCall call{g, a.node(), views, out_view, box};
   const double seconds = time_calls(
       [&] {
-        (void)kernel(KernelArgs{g, a.node(), views, out_view, box});
+        (void)kernel(call);
       },
       options.quick ? 0.15 : 0.5);
   // Visible keys summed over the rows; each costs a D-long dot product and a D-long axpy.

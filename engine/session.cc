@@ -33,7 +33,7 @@ std::shared_ptr<MemoryPool> pool_for(const SessionOptions& options) {
 
 GraphSession::GraphSession(const Graph& graph, SessionOptions options)
     : pool_(pool_for(options)), user_(graph), node_count_(graph.size()), options_(options),
-      backend_(options.backend == BackendKind::Cpu ? make_cpu_backend() : make_reference_backend()) {
+      backend_(make_backend(options)) {
   if (options_.max_region_boxes < 1 || options_.max_valid_boxes < 1)
     throw Error(absl::StrCat("[session] max_region_boxes (", options_.max_region_boxes, ") and max_valid_boxes (",
                              options_.max_valid_boxes, ") must be at least 1"));

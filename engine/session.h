@@ -28,6 +28,7 @@
 
 namespace tessera {
 
+// The built-in backends; SessionOptions::backend_name selects any backend by name.
 enum class BackendKind { Cpu, Reference };
 
 // Whether a node's computed values stay in memory between reads. Auto follows the cache
@@ -52,6 +53,10 @@ struct InputHint {
 
 struct SessionOptions {
   BackendKind backend = BackendKind::Cpu;
+  // When not empty, the backend of this name (backends/registry.h: "cpu", "reference" or a
+  // plugin on TESSERA_BACKEND_PATH) instead of `backend`. An absent backend is an Error listing
+  // what was tried; an op it does not support is an Error at the first read that needs it.
+  std::string backend_name;
   // Bytes of computed node values kept between reads; -1 keeps everything. Nodes that do not
   // fit are recomputed when needed (inputs and constants never count). Only for a session with
   // its own pool: with `pool` set, the pool's budget applies to all its sessions.
@@ -226,7 +231,8 @@ class GraphSession {
   Plan& plan_for(NodeId target, std::span<const Step> steps, const std::vector<Step>* dump_steps);
   void execute(const Plan& plan, std::span<const Step> steps, bool count);
   void reset_transients(std::span<const Step> steps);
-  KernelFn choose_kernel(const Node& node) const;
+  static std::unique_ptr<Backend> make_backend(const SessionOptions& options);
+  void prepare(Plan& plan);  // the backend's prepared form, once per plan
 
   std::shared_ptr<MemoryPool> pool_;  // first: every buffer below is returned to it
   const Graph& user_;
@@ -256,7 +262,7 @@ class GraphSession {
   ReadScratch scratch_;
   std::vector<Step> steps_;
   std::vector<NodeId> counted_;  // nodes whose per-node stats the last read set
-  std::vector<TensorView> input_views_;
+  std::vector<KernelInput> input_views_;
   mutable std::string last_plan_;
   mutable bool last_plan_stale_ = false;
   std::vector<int64_t> dirtied_by_;  // per node: sequence of the last write that dirtied it, -1 none

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "backends/registry.h"
 #include "engine/op_def.h"
 #include "engine/session.h"
 #include "engine/session_internal.h"
@@ -12,22 +13,42 @@
 
 namespace tessera {
 
-KernelFn GraphSession::choose_kernel(const Node& node) const { return backend_->kernel_for(*graph_, node); }
+std::unique_ptr<Backend> GraphSession::make_backend(const SessionOptions& options) {
+  const std::string name = !options.backend_name.empty()         ? options.backend_name
+                           : options.backend == BackendKind::Cpu ? "cpu"
+                                                                 : "reference";
+  absl::StatusOr<std::unique_ptr<Backend>> backend = BackendRegistry().create(name);
+  if (!backend.ok()) throw Error(std::string(backend.status().message()));
+  // Sessions allocate host memory and pass host views (a device backend needs copies: not yet).
+  if (!(*backend)->host_addressable())
+    throw Error(absl::StrCat("[session] backend ", name,
+                             " computes in device memory; sessions run host backends only"));
+  return std::move(*backend);
+}
+
+// Kernels are chosen (or compiled) once per plan; the prepared form lives with the plan.
+void GraphSession::prepare(Plan& plan) {
+  if (plan.prepared != nullptr) return;
+  absl::StatusOr<std::unique_ptr<PreparedPlan>> prepared = backend_->prepare(*graph_, plan);
+  if (!prepared.ok()) throw Error(std::string(prepared.status().message()));
+  plan.prepared = std::move(*prepared);
+}
 
 Plan& GraphSession::plan_for(NodeId target, std::span<const Step> steps, const std::vector<Step>* dump_steps) {
   PlanPattern pattern = plan_pattern(*graph_, graph_hash_, backend_->name(), target, steps, kept_);
   if (Plan* plan = plans_.find(pattern)) {
     plans_.stats().hits += 1;
     stats_.plan_cache_hit = true;
+    prepare(*plan);  // plans loaded from disk are prepared on first use
     return *plan;
   }
   plans_.stats().misses += 1;
   plans_.stats().compiled += 1;
   stats_.plan_cache_hit = false;
-  std::unique_ptr<Plan> compiled =
-      compile_plan(*graph_, std::move(pattern), [&](const Node& node) { return choose_kernel(node); });
+  std::unique_ptr<Plan> compiled = compile_plan(*graph_, std::move(pattern));
   if (compiled == nullptr) throw Error("[plan] internal error: a read produced a malformed pattern");
   Plan* plan = plans_.insert(std::move(compiled));
+  prepare(*plan);
   if (dump_steps != nullptr && dump_enabled("plan")) std::fprintf(stderr, "[plan] compiled %s", plan->describe(*graph_).c_str());
   return *plan;
 }
@@ -36,11 +57,13 @@ Plan& GraphSession::plan_for(NodeId target, std::span<const Step> steps, const s
 // plan's offsets; kept outputs in their own full-size buffers. On failure the failed step's
 // output is not marked valid, the transients are reset by the caller, and Error is thrown.
 void GraphSession::execute(const Plan& plan, std::span<const Step> steps, bool count) {
+  if (plan.prepared == nullptr)
+    throw Error("[plan] internal error: running a plan the backend did not prepare");
   std::byte* arena = pool_->arena(plan.arena_bytes);
   stats_.arena_bytes = std::max(stats_.arena_bytes, plan.arena_bytes);
   for (size_t i = 0; i < steps.size(); ++i) {
     const Step& step = steps[i];
-    const PlanStep& ps = plan.steps[i];
+    const PlanStep& ps = plan.steps[i];  // the arena placement; the kernel is in plan.prepared
     const Node& n = graph_->node(step.node);
     Value& v = values_[static_cast<size_t>(step.node)];
     if (ps.arena_offset < 0) {
@@ -48,13 +71,15 @@ void GraphSession::execute(const Plan& plan, std::span<const Step> steps, bool c
     } else {
       v.view = dense_view(arena + ps.arena_offset, n.dtype, step.compute.bounding_box());
     }
-    if (ps.kernel == nullptr)
-      throw Error(absl::StrCat("[", op_display_name(n), "] backend ", std::string(backend_->name()), " has no kernel for this op"));
-    input_views_.clear();
-    for (NodeId in : n.inputs) input_views_.push_back(values_[static_cast<size_t>(in)].view);
+    input_views_.resize(n.inputs.size());
+    for (size_t k = 0; k < n.inputs.size(); ++k) {
+      static_cast<TensorView&>(input_views_[k]) = values_[static_cast<size_t>(n.inputs[k])].view;
+      input_views_[k].shape = graph_->node(n.inputs[k]).shape;
+    }
+    const StepLaunch launch{static_cast<int32_t>(i), input_views_, v.view, step.compute.boxes()};
+    absl::Status status = backend_->run(*plan.prepared, std::span<const StepLaunch>(&launch, 1));
+    if (!status.ok()) throw Error(absl::StrCat("[", op_display_name(n), "] ", status.message()));
     for (const Box& b : step.compute.boxes()) {
-      absl::Status status = ps.kernel(KernelArgs{*graph_, n, input_views_, v.view, b});
-      if (!status.ok()) throw Error(absl::StrCat("[", op_display_name(n), "] ", status.message()));
       if (count && to_user_[static_cast<size_t>(step.node)] >= 0) {
         const size_t u = static_cast<size_t>(to_user_[static_cast<size_t>(step.node)]);
         stats_.kernels_per_node[u] += 1;
@@ -73,6 +98,8 @@ void GraphSession::execute(const Plan& plan, std::span<const Step> steps, bool c
     valid.add(step.compute);
     valid.shrink_to(options_.max_valid_boxes);
   }
+  if (absl::Status status = backend_->synchronize(); !status.ok())
+    throw Error(absl::StrCat("[backend] ", std::string(backend_->name()), ": ", status.message()));
 }
 
 // Transient values exist only during the read that computes them.
@@ -226,9 +253,9 @@ int GraphSession::compile_ahead(std::span<const ReadPattern> patterns) {
     if (steps.empty()) continue;
     PlanPattern key = plan_pattern(*graph_, graph_hash_, backend_->name(), target, steps, kept_);
     if (plans_.find(key) != nullptr) continue;
-    std::unique_ptr<Plan> plan = compile_plan(*graph_, std::move(key), [&](const Node& node) { return choose_kernel(node); });
+    std::unique_ptr<Plan> plan = compile_plan(*graph_, std::move(key));
     if (plan == nullptr) throw Error("[plan] internal error: compile_ahead produced a malformed pattern");
-    plans_.insert(std::move(plan));
+    prepare(*plans_.insert(std::move(plan)));  // ahead of time: warm reads compile nothing
     plans_.stats().compiled += 1;
     compiled += 1;
   }
@@ -243,8 +270,7 @@ void GraphSession::save_plans(const std::string& path) const {
 
 bool GraphSession::load_plans(const std::string& path) {
   PoolLock lock(pool_->mutex_);
-  const bool ok =
-      plans_.load(path, *graph_, graph_hash_, backend_->name(), [&](const Node& node) { return choose_kernel(node); });
+  const bool ok = plans_.load(path, *graph_, graph_hash_, backend_->name());
   stats_.plans = plans_.stats();
   return ok;
 }

@@ -15,4 +15,22 @@ TensorView dense_view(void* data, DType dtype, const Box& extent) {
   return v;
 }
 
+KernelNode kernel_node(const Graph& graph, const Node& node) {
+  KernelNode result(node);
+  if (node.kind == OpKind::Constant && node.constant >= 0)
+    result.constant_data = graph.constant_data(node.constant).data;
+  return result;
+}
+
+void kernel_inputs(const Graph& graph, const Node& node, std::span<const TensorView> views,
+                   std::vector<KernelInput>& out) {
+  out.clear();
+  for (size_t i = 0; i < node.inputs.size() && i < views.size(); ++i) {
+    KernelInput input;
+    static_cast<TensorView&>(input) = views[i];
+    input.shape = graph.node(node.inputs[i]).shape;
+    out.push_back(std::move(input));
+  }
+}
+
 }  // namespace tessera

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "engine/graph.h"
@@ -31,17 +32,77 @@ struct TensorView {
 // A dense row-major view of `extent` over `data`.
 TensorView dense_view(void* data, DType dtype, const Box& extent);
 
-// What a kernel gets: the node, one view per input, the output view and the output box to
-// compute (inside out.extent). Kernels never allocate on success, never throw, and compute each
-// element in an order independent of `box`.
+// What a kernel knows of one input: a view of (at least) the box it reads, plus the whole
+// tensor's shape (broadcasting and bounds need it; the view's extent may be only a part).
+// `dtype` (in the view) is the input's dtype.
+struct KernelInput : TensorView {
+  Shape shape;  // the full shape of the input tensor
+  int rank() const { return static_cast<int>(shape.size()); }
+};
+
+// What a kernel knows of its own node: kind, dtype, full output shape, typed attributes and,
+// for constants only, the constant's bytes. It refers to the node's storage (the graph must
+// outlive it) but gives no way back to the graph: kernels see no other node.
+struct KernelNode {
+  OpKind kind = OpKind::Input;
+  DType dtype = DType::F32;
+  const Shape& shape;
+  const OpAttrs& attrs;
+  const void* constant_data = nullptr;  // OpKind::Constant: dense row-major values of `shape`
+
+  // From a node; `constant_data` is set by kernel_node(graph, node) only.
+  KernelNode(const Node& node)  // NOLINT(google-explicit-constructor): a view of the node
+      : kind(node.kind), dtype(node.dtype), shape(node.shape), attrs(node.attrs), node_(&node) {}
+
+  // The typed attributes (the alternative of `kind`); see Node::attrs_as.
+  template <class A>
+  const A& attrs_as() const {
+    return node_->attrs_as<A>();
+  }
+  int rank() const { return static_cast<int>(shape.size()); }
+
+ private:
+  const Node* node_;
+};
+
+// The kernel view of `node` of `graph`, constant bytes included (plan time, tests).
+KernelNode kernel_node(const Graph& graph, const Node& node);
+// One KernelInput per input of `node`: `views[i]` with the input node's full shape.
+void kernel_inputs(const Graph& graph, const Node& node, std::span<const TensorView> views,
+                   std::vector<KernelInput>& out);
+
+// What a kernel gets: its node, one input per node input, the output view and the output box
+// to compute (inside out.extent). Kernels never allocate on success, never throw, and compute
+// each element in an order independent of `box`. Everything a kernel may read is here: no
+// kernel sees the Graph (so a backend can run kernels from a prepared plan alone).
 struct KernelArgs {
-  const Graph& graph;
-  const Node& node;
-  std::span<const TensorView> inputs;
+  KernelNode node;
+  std::span<const KernelInput> inputs;
   const TensorView& out;
   const Box& box;
 };
 
 using KernelFn = absl::Status (*)(const KernelArgs& args);
+
+// KernelArgs built from a graph, for calling a kernel directly (tests, benchmarks):
+// `kernel(KernelCall{graph, node, views, out, box})`. Owns the inputs; not copyable.
+class KernelCall {
+ public:
+  KernelCall(const Graph& graph, const Node& node, std::span<const TensorView> views, const TensorView& out,
+             const Box& box)
+      : inputs_(make_inputs(graph, node, views)), args_{kernel_node(graph, node), inputs_, out, box} {}
+  KernelCall(const KernelCall&) = delete;
+  KernelCall& operator=(const KernelCall&) = delete;
+  operator const KernelArgs&() const { return args_; }  // NOLINT(google-explicit-constructor)
+
+ private:
+  static std::vector<KernelInput> make_inputs(const Graph& graph, const Node& node, std::span<const TensorView> views) {
+    std::vector<KernelInput> inputs;
+    kernel_inputs(graph, node, views, inputs);
+    return inputs;
+  }
+  std::vector<KernelInput> inputs_;
+  KernelArgs args_;
+};
 
 }  // namespace tessera

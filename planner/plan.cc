@@ -87,8 +87,7 @@ PlanPattern plan_pattern(const Graph& graph, uint64_t graph_hash, std::string_vi
   return p;
 }
 
-std::unique_ptr<Plan> compile_plan(const Graph& graph, PlanPattern pattern,
-                                   absl::FunctionRef<KernelFn(const Node&)> choose) {
+std::unique_ptr<Plan> compile_plan(const Graph& graph, PlanPattern pattern) {
   auto plan = std::make_unique<Plan>();
   const std::vector<int64_t>& w = pattern.words;
   auto bad = [] { return std::unique_ptr<Plan>(); };
@@ -128,7 +127,6 @@ std::unique_ptr<Plan> compile_plan(const Graph& graph, PlanPattern pattern,
   for (size_t i = 0; i < requests.size(); ++i) {
     PlanStep& s = plan->steps[i];
     s.node = requests[i].node;
-    s.kernel = choose(graph.node(s.node));
     s.arena_offset = memory.placements[i].offset;
     s.in_place = memory.placements[i].in_place;
   }
@@ -141,7 +139,7 @@ std::string Plan::describe(const Graph& graph) const {
   for (const PlanStep& s : steps)
     absl::StrAppend(&out, "  %", s.node, " ", op_display_name(graph.node(s.node)),
                     s.arena_offset < 0 ? " kept" : absl::StrCat(" arena+", s.arena_offset),
-                    s.in_place ? " in-place" : "", s.kernel == nullptr ? " NO KERNEL" : "", "\n");
+                    s.in_place ? " in-place" : "", "\n");
   return out;
 }
 

@@ -3,11 +3,12 @@
 // Region analysis runs on every read (it is exact and cheap); what it produces is a list of
 // (node, region) steps. Reads with the same pattern (the same nodes in the same order, the same
 // kept/transient status, box extents rounded up to buckets, the same in-place opportunities)
-// share one Plan: the kernel of every step, chosen once for the backend, and the memory plan
-// of the transient buffers. Box offsets are run-time parameters: decode steps at positions t
-// and t + 1 run the same plan. Keys are 64-bit xxHashes of (graph structure hash, backend,
-// target, pattern); the full pattern is stored with the plan and compared on lookup, so a hash
-// collision costs a recompile, never a wrong plan.
+// share one Plan: the memory plan of the transient buffers and, once the backend prepared it,
+// the backend's compiled form (its kernel for every step). Box offsets are run-time
+// parameters: decode steps at positions t and t + 1 run the same plan. Keys are 64-bit
+// xxHashes of (graph structure hash, backend, target, pattern); the full pattern is stored
+// with the plan and compared on lookup, so a hash collision costs a recompile, never a wrong
+// plan.
 #pragma once
 
 #include <cstdint>
@@ -39,13 +40,21 @@ PlanPattern plan_pattern(const Graph& graph, uint64_t graph_hash, std::string_vi
 
 struct PlanStep {
   NodeId node = -1;
-  KernelFn kernel = nullptr;  // nullptr: the backend has no kernel (the read fails cleanly)
   int64_t arena_offset = -1;  // transient output's offset in the arena; -1: kept (own buffer)
   bool in_place = false;      // output shares an input's block (that input dies here)
 };
 
+// What a backend made of a plan (Backend::prepare in backends/backend.h): kernels chosen or
+// compiled once per plan, never per box. Owned by the Plan; the backend that made it must
+// outlive it (only that backend reads it).
+class PreparedPlan {
+ public:
+  virtual ~PreparedPlan() = default;
+};
+
 struct Plan {
   PlanPattern pattern;
+  std::unique_ptr<PreparedPlan> prepared;  // nullptr until the backend prepared the plan
   std::vector<PlanStep> steps;
   int64_t arena_bytes = 0;
   int64_t in_place_steps = 0;
@@ -55,10 +64,9 @@ struct Plan {
 
 // Builds the plan of a pattern: everything it needs is in the pattern's words (per step: node,
 // kept, last reader, in-place donor, bucketed extents), so a pattern read from disk compiles
-// exactly like a fresh one. `choose` picks a kernel for a node. Returns nullptr when the words
-// are not a well-formed pattern of this graph.
-std::unique_ptr<Plan> compile_plan(const Graph& graph, PlanPattern pattern,
-                                   absl::FunctionRef<KernelFn(const Node&)> choose);
+// exactly like a fresh one. Kernels are the backend's business (Backend::prepare). Returns
+// nullptr when the words are not a well-formed pattern of this graph.
+std::unique_ptr<Plan> compile_plan(const Graph& graph, PlanPattern pattern);
 
 struct PlanCacheStats {
   int64_t hits = 0;
@@ -77,14 +85,14 @@ class PlanCache {
   const PlanCacheStats& stats() const { return stats_; }
   void clear() { plans_.clear(); stats_.size = 0; }
 
-  // On-disk cache of the patterns of the cached plans; load() compiles each again (kernels and
-  // memory plan are recomputed, nothing stored is used unchecked). The file records the graph
-  // structure hash and backend and ends with an xxHash of its contents: a file that is
-  // truncated, corrupt, or made for another graph or backend is ignored with a warning on
-  // stderr and returns false; it is never trusted. save() throws Error when it cannot write.
+  // On-disk cache of the patterns of the cached plans; load() compiles each again (the memory
+  // plan is recomputed, the backend prepares each plan on first use, nothing stored is used
+  // unchecked). The file records the graph structure hash and backend and ends with an xxHash
+  // of its contents: a file that is truncated, corrupt, or made for another graph or backend
+  // is ignored with a warning on stderr and returns false; it is never trusted. save() throws Error when it cannot write.
   void save(const std::string& path, uint64_t graph_hash, std::string_view backend) const;
-  bool load(const std::string& path, const Graph& graph, uint64_t graph_hash, std::string_view backend,
-            absl::FunctionRef<KernelFn(const Node&)> choose);
+  bool load(const std::string& path, const Graph& graph, uint64_t graph_hash,
+            std::string_view backend);
 
  private:
   absl::flat_hash_map<uint64_t, std::unique_ptr<Plan>> plans_;

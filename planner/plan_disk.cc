@@ -53,8 +53,7 @@ void PlanCache::save(const std::string& path, uint64_t graph_hash, std::string_v
   if (!out) throw Error(absl::StrCat("[plan] cannot write plan cache '", path, "'"));
 }
 
-bool PlanCache::load(const std::string& path, const Graph& graph, uint64_t graph_hash, std::string_view backend,
-                     absl::FunctionRef<KernelFn(const Node&)> choose) {
+bool PlanCache::load(const std::string& path, const Graph& graph, uint64_t graph_hash, std::string_view backend) {
   auto reject = [&](std::string_view why) {
     std::fprintf(stderr, "[plan] warning: ignoring plan cache '%s': %.*s\n", path.c_str(), static_cast<int>(why.size()),
                  why.data());
@@ -84,7 +83,7 @@ bool PlanCache::load(const std::string& path, const Graph& graph, uint64_t graph
     for (int64_t& word : pattern.words) r.next(word);
     if (pattern.words[0] != ghash || pattern.words[1] != bhash) return reject("pattern of another graph");
     pattern.key = XXH3_64bits(pattern.words.data(), pattern.words.size() * sizeof(int64_t));
-    std::unique_ptr<Plan> plan = compile_plan(graph, std::move(pattern), choose);
+    std::unique_ptr<Plan> plan = compile_plan(graph, std::move(pattern));
     if (plan == nullptr) return reject("malformed pattern");
     loaded.push_back(std::move(plan));
   }

@@ -1,4 +1,6 @@
-#include "backends/backend.h"
+// The built-in host backends: "cpu" (optimised kernels where registered, reference otherwise)
+// and "reference" (the scalar oracle only).
+#include "backends/cpu/host_backend.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/ref/ref_kernels.h"
 
@@ -6,10 +8,12 @@ namespace tessera {
 
 namespace {
 
-class CpuBackend final : public Backend {
+class CpuBackend final : public HostBackend {
  public:
   explicit CpuBackend(bool optimised) : optimised_(optimised) {}
   std::string_view name() const override { return optimised_ ? "cpu" : "reference"; }
+
+ protected:
   KernelFn kernel_for(const Graph& graph, const Node& node) const override {
     if (optimised_)
       if (KernelFn fast = cpu::optimised_kernel(graph, node)) return fast;
@@ -22,7 +26,11 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(true); }
-std::unique_ptr<Backend> make_reference_backend() { return std::make_unique<CpuBackend>(false); }
+std::unique_ptr<Backend> make_cpu_backend() {
+  return std::make_unique<CpuBackend>(true);
+}
+std::unique_ptr<Backend> make_reference_backend() {
+  return std::make_unique<CpuBackend>(false);
+}
 
 }  // namespace tessera

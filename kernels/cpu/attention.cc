@@ -270,8 +270,8 @@ void run_rows(const AttentionJob& job, int64_t begin, int64_t end) {
 template <RowFn kRow>
 absl::Status attention_f32(const KernelArgs& args) {
   if (args.box.empty()) return absl::OkStatus();
-  const Shape& q_shape = args.graph.node(args.node.inputs[0]).shape;
-  const Shape& k_shape = args.graph.node(args.node.inputs[1]).shape;
+  const Shape& q_shape = args.inputs[0].shape;
+  const Shape& k_shape = args.inputs[1].shape;
   AttentionJob job;
   job.args = &args;
   job.rank = args.node.rank();

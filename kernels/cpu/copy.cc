@@ -36,7 +36,7 @@ std::byte* element(const TensorView& view, const int64_t* index, int64_t size) {
 absl::Status reshape_copy(const KernelArgs& args) {
   const Box& box = args.box;
   if (box.empty()) return absl::OkStatus();
-  const Shape& in_shape = args.graph.node(args.node.inputs[0]).shape;
+  const Shape& in_shape = args.inputs[0].shape;
   const Shape& out_shape = args.node.shape;
   const int in_rank = static_cast<int>(in_shape.size()), out_rank = args.node.rank();
   const int64_t size = dtype_size(args.out.dtype);
@@ -86,8 +86,8 @@ absl::Status id_error(int64_t id, int64_t rows) {
 absl::Status gather_rows(const KernelArgs& args) {
   const Box& box = args.box;
   if (box.empty()) return absl::OkStatus();
-  const Node& table = args.graph.node(args.node.inputs[0]);
-  const int idx_rank = args.graph.node(args.node.inputs[1]).rank();
+  const KernelInput& table = args.inputs[0];
+  const int idx_rank = args.inputs[1].rank();
   const int rank = args.node.rank(), last = rank - 1;
   const int64_t size = dtype_size(args.out.dtype), width = box.extent(last);
   const TensorView& values = args.inputs[0];
@@ -110,7 +110,7 @@ absl::Status gather_rows(const KernelArgs& args) {
 absl::Status gather_quantized(const KernelArgs& args) {
   const Box& box = args.box;
   if (box.empty()) return absl::OkStatus();
-  const Node& table = args.graph.node(args.node.inputs[0]);
+  const KernelInput& table = args.inputs[0];
   const int last = args.node.rank() - 1;
   const int64_t dim = table.shape[1], block = dtype_block_size(table.dtype);
   const int64_t block_bytes = dtype_block_bytes(table.dtype),

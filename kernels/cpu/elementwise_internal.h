@@ -60,7 +60,7 @@ inline void broadcast_index(const Shape& in_shape, int out_rank, const int64_t* 
 // The row of op input `input` (broadcast to the node's shape) read by the output row at
 // out_index (rank >= 1).
 inline RowOperand operand_row(const KernelArgs& args, int input, const int64_t* out_index) {
-  const Shape& shape = args.graph.node(args.node.inputs[static_cast<size_t>(input)]).shape;
+  const Shape& shape = args.inputs[static_cast<size_t>(input)].shape;
   const TensorView& view = args.inputs[static_cast<size_t>(input)];
   int64_t index[kMaxRank];
   broadcast_index(shape, args.node.rank(), out_index, index);

@@ -103,7 +103,7 @@ template <TileFn kTile>
 absl::Status linear_f32(const KernelArgs& args) {
   const Box& box = args.box;
   if (box.empty()) return absl::OkStatus();
-  const Node& w = args.graph.node(args.node.inputs[1]);
+  const KernelInput& w = args.inputs[1];
   const BoxRows rows(box);
   LinearJob job;
   job.args = &args;

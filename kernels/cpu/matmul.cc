@@ -77,8 +77,8 @@ absl::Status matmul_f32(const KernelArgs& args) {
     return ref::reference_kernel(OpKind::Matmul)(args);
   const Box& box = args.box;
   if (box.empty()) return absl::OkStatus();
-  const Shape& sa = args.graph.node(args.node.inputs[0]).shape;
-  const Shape& sb = args.graph.node(args.node.inputs[1]).shape;
+  const Shape& sa = args.inputs[0].shape;
+  const Shape& sb = args.inputs[1].shape;
   const int rank = args.node.rank(), ra = static_cast<int>(sa.size()),
             rb = static_cast<int>(sb.size());
   const int64_t depth = sa.back();

@@ -30,8 +30,8 @@ absl::Status attention(const KernelArgs& args) {
   const TensorView& v = args.inputs[2];
   const int rank = args.node.rank();
   const int row = rank - 3, head = rank - 2, col = rank - 1;
-  const Shape& q_shape = args.graph.node(args.node.inputs[0]).shape;
-  const Shape& k_shape = args.graph.node(args.node.inputs[1]).shape;
+  const Shape& q_shape = args.inputs[0].shape;
+  const Shape& k_shape = args.inputs[1].shape;
   const int64_t dim = q_shape[col], keys = k_shape[row], group = q_shape[head] / k_shape[head];
   const AttentionAttrs& a = args.node.attrs_as<AttentionAttrs>();
   const bool causal = a.causal;

@@ -14,8 +14,8 @@ absl::Status input(const KernelArgs&) {
 }
 
 absl::Status constant(const KernelArgs& args) {
-  const ConstantData& data = args.graph.constant_data(args.node.constant);
-  TensorView src = dense_view(const_cast<void*>(data.data), args.node.dtype, Box::full(args.node.shape));
+  if (args.node.constant_data == nullptr) return absl::InvalidArgumentError("constant without data");
+  TensorView src = dense_view(const_cast<void*>(args.node.constant_data), args.node.dtype, Box::full(args.node.shape));
   for_each_index(args.box, [&](const int64_t* i) { store(args.out, i, load(src, i)); });
   return absl::OkStatus();
 }
@@ -29,8 +29,8 @@ absl::Status unary(const KernelArgs& args) {
 
 absl::Status binary(const KernelArgs& args) {
   const BinaryFn fn = args.node.attrs_as<BinaryAttrs>().fn;
-  const Shape& sa = args.graph.node(args.node.inputs[0]).shape;
-  const Shape& sb = args.graph.node(args.node.inputs[1]).shape;
+  const Shape& sa = args.inputs[0].shape;
+  const Shape& sb = args.inputs[1].shape;
   const bool integer = is_integer(args.inputs[0].dtype);
   const int rank = args.node.rank();
   int64_t ia[kMaxRank], ib[kMaxRank];
@@ -45,9 +45,9 @@ absl::Status binary(const KernelArgs& args) {
 absl::Status where(const KernelArgs& args) {
   const int rank = args.node.rank();
   int64_t ic[kMaxRank], ia[kMaxRank], ib[kMaxRank];
-  const Shape& sc = args.graph.node(args.node.inputs[0]).shape;
-  const Shape& sa = args.graph.node(args.node.inputs[1]).shape;
-  const Shape& sb = args.graph.node(args.node.inputs[2]).shape;
+  const Shape& sc = args.inputs[0].shape;
+  const Shape& sa = args.inputs[1].shape;
+  const Shape& sb = args.inputs[2].shape;
   for_each_index(args.box, [&](const int64_t* i) {
     broadcast_index(sc, rank, i, ic);
     broadcast_index(sa, rank, i, ia);

@@ -26,7 +26,7 @@ absl::Status fused_elementwise(const KernelArgs& args) {
   int64_t in_index[kMaxRank];
   for_each_index(args.box, [&](const int64_t* i) {
     for (size_t k = 0; k < n_inputs; ++k) {
-      broadcast_index(args.graph.node(args.node.inputs[k]).shape, rank, i, in_index);
+      broadcast_index(args.inputs[k].shape, rank, i, in_index);
       values[k] = load(args.inputs[k], in_index);
     }
     double* result = values + n_inputs;

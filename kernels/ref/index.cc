@@ -49,8 +49,8 @@ double uniform_at(uint64_t counter, uint64_t seed) {
 // Each output element sums a[..., m, k] * b[..., k, n] over k = 0..K-1 in increasing order in
 // double, then rounds once on store.
 absl::Status matmul(const KernelArgs& args) {
-  const Shape& sa = args.graph.node(args.node.inputs[0]).shape;
-  const Shape& sb = args.graph.node(args.node.inputs[1]).shape;
+  const Shape& sa = args.inputs[0].shape;
+  const Shape& sb = args.inputs[1].shape;
   const int rank = args.node.rank(), ra = static_cast<int>(sa.size()),
             rb = static_cast<int>(sb.size());
   const int64_t depth = sa.back();
@@ -73,8 +73,8 @@ absl::Status matmul(const KernelArgs& args) {
 
 // Rows of a quantised table [V, D]: element (id, c) is decoded from its block.
 static absl::Status gather_quantized(const KernelArgs& args) {
-  const Node& table = args.graph.node(args.node.inputs[0]);
-  const int idx_rank = args.graph.node(args.node.inputs[1]).rank();
+  const KernelInput& table = args.inputs[0];
+  const int idx_rank = args.inputs[1].rank();
   const int64_t rows = table.shape[0], row_bytes = dtype_bytes(table.dtype, table.shape[1]);
   const int64_t block = dtype_block_size(table.dtype), block_bytes = dtype_block_bytes(table.dtype);
   const quant::BlockDequantizer dequantize = quant::block_dequantizer(table.dtype);
@@ -96,9 +96,9 @@ static absl::Status gather_quantized(const KernelArgs& args) {
 }
 
 absl::Status gather(const KernelArgs& args) {
-  const Node& table = args.graph.node(args.node.inputs[0]);
+  const KernelInput& table = args.inputs[0];
   if (is_quantized(table.dtype)) return gather_quantized(args);
-  const int idx_rank = args.graph.node(args.node.inputs[1]).rank();
+  const int idx_rank = args.inputs[1].rank();
   const int rest_rank = table.rank() - 1;
   const int64_t rows = table.shape[0];
   int64_t it[kMaxRank];

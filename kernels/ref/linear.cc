@@ -8,7 +8,7 @@
 namespace tessera::ref {
 
 absl::Status linear(const KernelArgs& args) {
-  const Node& w = args.graph.node(args.node.inputs[1]);
+  const KernelInput& w = args.inputs[1];
   const int64_t K = w.shape[1];
   const int last = args.node.rank() - 1;
   const TensorView& x = args.inputs[0];

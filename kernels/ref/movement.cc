@@ -20,7 +20,7 @@ void copy_element(const TensorView& dst, const int64_t* dst_index, const TensorV
 }
 
 const Shape& input_shape(const KernelArgs& args, int i) {
-  return args.graph.node(args.node.inputs[static_cast<size_t>(i)]).shape;
+  return args.inputs[static_cast<size_t>(i)].shape;
 }
 
 }  // namespace

@@ -50,9 +50,9 @@ absl::Status conv2d(const KernelArgs& args) {
   const int64_t stride_h = a.stride_h, stride_w = a.stride_w, pad_h = a.pad_h, pad_w = a.pad_w,
                 dil_h = a.dilation_h, dil_w = a.dilation_w;
   const int64_t groups = a.groups;
-  const bool has_bias = args.node.inputs.size() == 3;
-  const Shape& xs = args.graph.node(args.node.inputs[0]).shape;
-  const Shape& ws = args.graph.node(args.node.inputs[1]).shape;
+  const bool has_bias = args.inputs.size() == 3;
+  const Shape& xs = args.inputs[0].shape;
+  const Shape& ws = args.inputs[1].shape;
   const int64_t height = xs[2], width = xs[3];
   const int64_t in_per_group = ws[1], kh_size = ws[2], kw_size = ws[3];
   const int64_t out_per_group = ws[0] / groups;
@@ -87,7 +87,7 @@ absl::Status pool2d(const KernelArgs& args) {
   const Pool2dAttrs& a = args.node.attrs_as<Pool2dAttrs>();
   const PoolKind kind = a.kind;
   const int64_t kernel = a.kernel, stride = a.stride, padding = a.padding;
-  const Shape& xs = args.graph.node(args.node.inputs[0]).shape;
+  const Shape& xs = args.inputs[0].shape;
   const double divisor = static_cast<double>(kernel * kernel);
   for_each_index(args.box, [&](const int64_t* i) {
     int64_t xi[4] = {i[0], i[1], 0, 0};

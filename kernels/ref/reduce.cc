@@ -82,7 +82,7 @@ Box row_starts(const Box& box, int axis) {
 
 absl::Status reduce(const KernelArgs& args) {
   const ReduceAttrs& a = args.node.attrs_as<ReduceAttrs>();
-  const Shape& in_shape = args.graph.node(args.node.inputs[0]).shape;
+  const Shape& in_shape = args.inputs[0].shape;
   const int in_rank = static_cast<int>(in_shape.size());
   const bool keepdims = a.keepdims;
   bool reduced[kMaxRank] = {};

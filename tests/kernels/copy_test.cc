@@ -100,7 +100,7 @@ TEST_CASE("kernels: gather reports an out-of-range id as an error status") {
   TensorView view = dense_view(out.data(), DType::F32, Box::full(f.node().shape));
   for (cpu::Isa isa : kernel_testing::test_isas()) {
     const absl::Status st =
-        f.optimised(isa)(KernelArgs{f.graph, f.node(), f.views, view, Box::full(f.node().shape)});
+        f.optimised(isa)(KernelCall{f.graph, f.node(), f.views, view, Box::full(f.node().shape)});
     CHECK(absl::IsInvalidArgument(st));
   }
 }

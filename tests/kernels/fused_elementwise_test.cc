@@ -42,7 +42,7 @@ std::vector<Buffer> evaluate_with(const Graph& g, const std::vector<Buffer>& inp
     }
     const Box box = Box::full(n.shape);
     TensorView out = dense_view(values[static_cast<size_t>(id)].data(), n.dtype, box);
-    const absl::Status st = kernel_of(n)(KernelArgs{g, n, views, out, box});
+    const absl::Status st = kernel_of(n)(KernelCall{g, n, views, out, box});
     REQUIRE_MESSAGE(st.ok(), st.ToString());
   }
   return values;
@@ -108,7 +108,7 @@ void check_strided_inputs(const OpFixture& f, KernelFn kernel, std::mt19937_64& 
   }
   std::vector<float> result(dense.size());
   const TensorView out = dense_view(result.data(), DType::F32, full);
-  REQUIRE(kernel(KernelArgs{f.graph, f.node(), views, out, full}).ok());
+  REQUIRE(kernel(KernelCall{f.graph, f.node(), views, out, full}).ok());
   REQUIRE(std::memcmp(result.data(), dense.data(), dense.size() * sizeof(float)) == 0);
 }
 

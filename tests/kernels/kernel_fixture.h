@@ -65,7 +65,7 @@ struct OpFixture {
   std::vector<float> run(KernelFn kernel, const Box& box) const {
     std::vector<float> result(static_cast<size_t>(box.volume()));
     TensorView view = dense_view(result.data(), DType::F32, box);
-    absl::Status st = kernel(KernelArgs{graph, node(), views, view, box});
+    absl::Status st = kernel(KernelCall{graph, node(), views, view, box});
     REQUIRE_MESSAGE(st.ok(), st.ToString());
     return result;
   }
@@ -122,7 +122,7 @@ inline void check_sub_boxes(const OpFixture& f, cpu::Isa isa, std::mt19937_64& r
   CAPTURE(box.to_string());
   std::vector<float> big(full.size(), -7.0f);
   TensorView big_view = dense_view(big.data(), DType::F32, full_box);
-  REQUIRE(fast(KernelArgs{f.graph, n, f.views, big_view, box}).ok());
+  REQUIRE(fast(KernelCall{f.graph, n, f.views, big_view, box}).ok());
   ref::for_each_index(full_box, [&](const int64_t* index) {
     const float x = *big_view.at<float>(index);
     const float y = box.contains_point(index) ? *full_view.at<float>(index) : -7.0f;

@@ -201,7 +201,7 @@ TEST_CASE("kernels: linear reads a non-contiguous x like a contiguous one") {
       views[0].strides[1] = m;
       std::vector<float> result(static_cast<size_t>(full.volume()));
       TensorView out = dense_view(result.data(), DType::F32, full);
-      REQUIRE(fast(KernelArgs{c.f.graph, c.f.node(), views, out, full}).ok());
+      REQUIRE(fast(KernelCall{c.f.graph, c.f.node(), views, out, full}).ok());
       CHECK(std::memcmp(result.data(), expected.data(), result.size() * sizeof(float)) == 0);
     }
   }

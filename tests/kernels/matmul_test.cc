@@ -37,7 +37,7 @@ void build(MatmulCase& c, const Shape& a_shape, const Shape& b_shape, std::mt199
 std::vector<float> run(const MatmulCase& c, KernelFn kernel, const Box& box) {
   std::vector<float> out(static_cast<size_t>(box.volume()));
   TensorView view = dense_view(out.data(), DType::F32, box);
-  absl::Status st = kernel(KernelArgs{c.graph, c.graph.node(c.out.id), c.views, view, box});
+  absl::Status st = kernel(KernelCall{c.graph, c.graph.node(c.out.id), c.views, view, box});
   REQUIRE_MESSAGE(st.ok(), st.ToString());
   return out;
 }
@@ -142,7 +142,7 @@ TEST_CASE("kernels: f32 matmul writes into a strided output view") {
   std::vector<float> big(static_cast<size_t>(n.volume()), -7.0f);
   TensorView view = dense_view(big.data(), DType::F32, Box::full(n.shape));
   Box box{{1, 2}, {2, 5}, {3, 8}};
-  REQUIRE(cpu::optimised_kernel(c.graph, n)(KernelArgs{c.graph, n, c.views, view, box}).ok());
+  REQUIRE(cpu::optimised_kernel(c.graph, n)(KernelCall{c.graph, n, c.views, view, box}).ok());
   for (size_t i = 0; i < big.size(); ++i) {
     int64_t index[3] = {static_cast<int64_t>(i) / 54, static_cast<int64_t>(i) / 9 % 6,
                         static_cast<int64_t>(i) % 9};

@@ -40,7 +40,7 @@ Buffer compute_box(const Graph& g, Tensor t, const Box& box) {
   const Node& n = g.node(t.id);
   Buffer part(static_cast<size_t>(box.volume() * dtype_size(n.dtype)));
   TensorView view = dense_view(part.data(), n.dtype, box);
-  absl::Status st = ref::reference_kernel(n.kind)(KernelArgs{g, n, {}, view, box});
+  absl::Status st = ref::reference_kernel(n.kind)(KernelCall{g, n, {}, view, box});
   REQUIRE_MESSAGE(st.ok(), st.ToString());
   return part;
 }
@@ -167,14 +167,14 @@ TEST_CASE("ops: gather with an out-of-range id fails the kernel") {
     std::vector<TensorView> views{tv, iv};
     Box box{{0, 2}, {0, 2}};
     absl::Status st =
-        ref::reference_kernel(OpKind::Gather)(KernelArgs{g, g.node(out.id), views, ov, box});
+        ref::reference_kernel(OpKind::Gather)(KernelCall{g, g.node(out.id), views, ov, box});
     CHECK_FALSE(st.ok());
     CHECK(st.code() == absl::StatusCode::kInvalidArgument);
     CHECK(std::string(st.message()).find("out of range [0, 3)") != std::string::npos);
     // Only the bad position's box fails; the good id alone computes.
     Box good{{0, 1}, {0, 2}};
     CHECK(
-        ref::reference_kernel(OpKind::Gather)(KernelArgs{g, g.node(out.id), views, ov, good}).ok());
+        ref::reference_kernel(OpKind::Gather)(KernelCall{g, g.node(out.id), views, ov, good}).ok());
   }
 }
 

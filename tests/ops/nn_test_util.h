@@ -118,7 +118,7 @@ inline void check_reads_stay_in_needed(const OpCase& c, uint64_t seed = 1, int t
     }
     Buffer part(static_cast<size_t>(want.volume() * size));
     TensorView part_view = dense_view(part.data(), out.dtype, want);
-    absl::Status st = ref::reference_kernel(out.kind)(KernelArgs{g, out, views, part_view, want});
+    absl::Status st = ref::reference_kernel(out.kind)(KernelCall{g, out, views, part_view, want});
     REQUIRE_MESSAGE(st.ok(), st.ToString());
     ref::for_each_index(want, [&](const int64_t* i) {
       if (std::memcmp(part.data() + part_view.offset(i) * size,

@@ -62,7 +62,7 @@ inline std::vector<Buffer> evaluate_full(const Graph& g, const std::vector<Buffe
     }
     TensorView out = dense_view(values[static_cast<size_t>(id)].data(), n.dtype, Box::full(n.shape));
     Box box = Box::full(n.shape);
-    absl::Status st = ref::reference_kernel(n.kind)(KernelArgs{g, n, views, out, box});
+    absl::Status st = ref::reference_kernel(n.kind)(KernelCall{g, n, views, out, box});
     REQUIRE_MESSAGE(st.ok(), st.ToString());
   }
   return values;
@@ -187,7 +187,7 @@ inline void check_rules(const OpCase& c, uint64_t seed = 1, int trials = 40) {
     }
     Buffer part(static_cast<size_t>(want.volume() * dtype_size(out.dtype)));
     TensorView part_view = dense_view(part.data(), out.dtype, want);
-    absl::Status st = ref::reference_kernel(out.kind)(KernelArgs{g, out, views, part_view, want});
+    absl::Status st = ref::reference_kernel(out.kind)(KernelCall{g, out, views, part_view, want});
     REQUIRE_MESSAGE(st.ok(), st.ToString());
     TensorView full_view = dense_view(const_cast<std::byte*>(base_out.data()), out.dtype, Box::full(out.shape));
     const int64_t size = dtype_size(out.dtype);

@@ -1,0 +1,48 @@
+// HostBackend: the Backend interface over host memory, for backends whose kernels are plain
+// KernelFns (cpu, reference, and plugins that reuse them). A subclass names itself and picks a
+// kernel per node; buffers, copies, plan preparation and running are shared.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/container/flat_hash_map.h"
+#include "backends/backend.h"
+
+namespace tessera {
+
+class HostBackend : public Backend {
+ public:
+  HostBackend() : Backend(/*host_addressable=*/true) {}
+  ~HostBackend() override;  // frees the buffers still allocated
+  HostBackend(const HostBackend&) = delete;
+  HostBackend& operator=(const HostBackend&) = delete;
+
+  // OK when kernel_for() has a kernel for the node.
+  absl::Status supports(const Graph& graph, const Node& node) const override;
+  absl::StatusOr<BufferHandle> allocate(int64_t size_bytes) override;
+  void free(BufferHandle buffer) override;
+  absl::Status copy_in(const BufferRegion& region, const Box& box, const void* host) override;
+  absl::Status copy_out(const BufferRegion& region, const Box& box, void* host) override;
+  // One KernelFn per step (kernel_for), plus what KernelArgs needs of the node.
+  absl::StatusOr<std::unique_ptr<PreparedPlan>> prepare(const Graph& graph,
+                                                        const Plan& plan) override;
+  // Calls each launch's kernel once per box, in order, on the calling thread; returns the first
+  // kernel's error unchanged (the caller knows the step, hence the op).
+  absl::Status run(const PreparedPlan& prepared, std::span<const StepLaunch> launches) override;
+  absl::Status synchronize() override { return absl::OkStatus(); }
+
+  // CPU-only accessor: the host address of a buffer of this backend (nullptr when unknown).
+  void* host_address(BufferHandle buffer) const;
+
+ protected:
+  // The kernel for `node` (nullptr: unsupported). Depends only on the node and its inputs.
+  virtual KernelFn kernel_for(const Graph& graph, const Node& node) const = 0;
+
+ private:
+  // Checks `box` and `region` against the buffer; the address of the region's first byte.
+  absl::StatusOr<std::byte*> region_address(const BufferRegion& region, const Box& box) const;
+
+  absl::flat_hash_map<uint64_t, int64_t> buffers_;  // live buffers: id (the address) -> bytes
+};
+
+}  // namespace tessera

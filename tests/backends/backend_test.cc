@@ -1,0 +1,238 @@
+// The backend seam: the registry (built-ins, plugins on TESSERA_BACKEND_PATH, broken plugins
+// reported), the Backend interface over host memory, and sessions on a plugin backend.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+
+#include "backends/cpu/host_backend.h"
+#include "backends/registry.h"
+#include "engine/ops.h"
+#include "engine/session.h"
+
+using namespace tessera;
+
+namespace {
+
+const std::string kPluginDir = TESSERA_PLUGIN_DIR;
+
+// Sets an environment variable for the scope of a test.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() { had_ ? setenv(name_, old_.c_str(), 1) : unsetenv(name_); }
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
+
+// A fresh temporary directory, removed at the end of the scope.
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    path = std::filesystem::temp_directory_path() /
+           ("tessera_backend_test_" + std::to_string(std::random_device{}()));
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
+std::vector<float> random_values(int64_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-2.f, 2.f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+// softmax(tanh(x @ w) * x2 + b) over rows: matmul, elementwise (fused), softmax.
+struct SmallModel {
+  Graph g;
+  SmallModel() {
+    Tensor x = g.input("x", {6, 8}, DType::F32);
+    Tensor w = g.input("w", {8, 5}, DType::F32);
+    Tensor b = g.input("b", {6, 5}, DType::F32);
+    Tensor y = softmax(tanh(matmul(x, w)) * b + b, -1);
+    g.output("y", y);
+  }
+  std::vector<float> run(SessionOptions options) {
+    GraphSession s(g, options);
+    s.write("x", Box{{0, 6}, {0, 8}}, random_values(48, 1));
+    s.write("w", Box{{0, 8}, {0, 5}}, random_values(40, 2));
+    s.write("b", Box{{0, 6}, {0, 5}}, random_values(30, 3));
+    s.read<float>("y", Box{{0, 6}, {0, 5}});
+    // An incremental step: one row of x changes, the read recomputes that row.
+    s.write("x", Box{{4, 5}, {0, 8}}, random_values(8, 4));
+    return s.read<float>("y", Box{{0, 6}, {0, 5}});
+  }
+};
+
+bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("backends: the registry creates the built-in backends by name") {
+  BackendRegistry registry(std::vector<std::string>{});
+  for (const char* name : {"cpu", "reference"}) {
+    absl::StatusOr<std::unique_ptr<Backend>> backend = registry.create(name);
+    REQUIRE(backend.ok());
+    CHECK((*backend)->name() == name);
+    CHECK((*backend)->host_addressable());
+  }
+  absl::StatusOr<std::unique_ptr<Backend>> bad = registry.create("../etc");
+  CHECK(bad.status().code() == absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("backends: a missing plugin and missing directories are reported with what was tried") {
+  BackendRegistry registry(
+      std::vector<std::string>{"/nonexistent/tessera/a", "/nonexistent/tessera/b"});
+  absl::StatusOr<std::unique_ptr<Backend>> backend = registry.create("cuda");
+  REQUIRE_FALSE(backend.ok());
+  CHECK(backend.status().code() == absl::StatusCode::kNotFound);
+  const std::string message(backend.status().message());
+  CHECK(message.find("no backend 'cuda'") != std::string::npos);
+  CHECK(message.find("/nonexistent/tessera/a/libtessera_backend_cuda.so (no such file)") !=
+        std::string::npos);
+  CHECK(message.find("/nonexistent/tessera/b/libtessera_backend_cuda.so") != std::string::npos);
+
+  // Through a session: an Error, not a crash.
+  ScopedEnv env("TESSERA_BACKEND_PATH", "/nonexistent/tessera/a:");
+  SmallModel m;
+  SessionOptions options;
+  options.backend_name = "cuda";
+  CHECK_THROWS_WITH_AS(GraphSession(m.g, options), doctest::Contains("libtessera_backend_cuda.so"),
+                       Error);
+}
+
+TEST_CASE("backends: bogus plugin files are reported, not fatal") {
+  TempDir dir;
+  // An empty file and a text file named like plugins: dlopen rejects both.
+  std::ofstream(dir.path / "libtessera_backend_empty.so").close();
+  std::ofstream(dir.path / "libtessera_backend_bogus.so") << "not a shared library\n";
+  // Real libraries: one without the entry point, one of another ABI version.
+  std::filesystem::copy_file(kPluginDir + "/libtessera_backend_nosymbol.so",
+                             dir.path / "libtessera_backend_nosymbol.so");
+  std::filesystem::copy_file(kPluginDir + "/libtessera_backend_oldabi.so",
+                             dir.path / "libtessera_backend_oldabi.so");
+  // The real test plugin under another file name: the descriptor's name must match.
+  std::filesystem::copy_file(kPluginDir + "/libtessera_backend_test.so",
+                             dir.path / "libtessera_backend_renamed.so");
+  BackendRegistry registry(std::vector<std::string>{dir.path.string()});
+  struct Case {
+    const char* name;
+    const char* why;
+  };
+  for (const Case& c : {Case{"empty", "dlopen failed"}, Case{"bogus", "dlopen failed"},
+                        Case{"nosymbol", "no entry point 'tessera_backend_plugin'"},
+                        Case{"oldabi", "plugin ABI version 57005, this build needs 1"},
+                        Case{"renamed", "the library is backend 'test', not 'renamed'"}}) {
+    CAPTURE(c.name);
+    absl::StatusOr<std::unique_ptr<Backend>> backend = registry.create(c.name);
+    REQUIRE_FALSE(backend.ok());
+    CHECK(backend.status().code() == absl::StatusCode::kNotFound);
+    CHECK(std::string(backend.status().message()).find(c.why) != std::string::npos);
+  }
+  absl::StatusOr<std::unique_ptr<Backend>> direct =
+      BackendRegistry::create_from_file((dir.path / "libtessera_backend_bogus.so").string());
+  CHECK_FALSE(direct.ok());
+  // available() lists files without loading them.
+  std::vector<std::string> names = registry.available();
+  CHECK(std::find(names.begin(), names.end(), "bogus") != names.end());
+}
+
+TEST_CASE(
+    "backends: the test plugin loads through TESSERA_BACKEND_PATH and matches the reference "
+    "bitwise") {
+  ScopedEnv env("TESSERA_BACKEND_PATH", "/nonexistent/first:" + kPluginDir);
+  absl::StatusOr<std::unique_ptr<Backend>> backend = BackendRegistry().create("test");
+  REQUIRE_MESSAGE(backend.ok(), backend.status().message());
+  CHECK((*backend)->name() == "test");
+
+  for (bool fuse : {false, true}) {
+    CAPTURE(fuse);
+    SmallModel m;
+    SessionOptions reference;
+    reference.backend = BackendKind::Reference;
+    reference.fuse = fuse;
+    SessionOptions plugin;
+    plugin.backend_name = "test";
+    plugin.fuse = fuse;
+    const std::vector<float> want = m.run(reference);
+    const std::vector<float> got = m.run(plugin);
+    CHECK(bitwise_equal(want, got));
+  }
+  SmallModel m;
+  SessionOptions options;
+  options.backend_name = "test";
+  GraphSession s(m.g, options);
+  CHECK(s.backend_name() == "test");
+}
+
+TEST_CASE(
+    "backends: an op the plugin does not support is a clear Error, and the session stays usable") {
+  ScopedEnv env("TESSERA_BACKEND_PATH", kPluginDir);
+  Graph g;
+  Tensor x = g.input("x", {4, 3}, DType::F32);
+  g.output("y", exp(x));
+  g.output("c", cumsum(x, 0));  // not in the test backend's subset
+  SessionOptions options;
+  options.backend_name = "test";
+  GraphSession s(g, options);
+  s.write("x", Box{{0, 4}, {0, 3}}, random_values(12, 5));
+  CHECK_THROWS_WITH_AS(s.read<float>("c", Box{{0, 4}, {0, 3}}),
+                       doctest::Contains("backend test has no kernel for this op"), Error);
+  std::vector<float> y = s.read<float>("y", Box{{0, 4}, {0, 3}});
+  CHECK(y.size() == 12);
+  absl::StatusOr<std::unique_ptr<Backend>> backend = BackendRegistry().create("test");
+  REQUIRE(backend.ok());
+  CHECK((*backend)->supports(g, g.node(x.id)).code() == absl::StatusCode::kUnimplemented);
+}
+
+TEST_CASE("backends: host buffers are opaque handles with checked box copies") {
+  std::unique_ptr<Backend> backend = make_cpu_backend();
+  absl::StatusOr<BufferHandle> buffer = backend->allocate(4 * 4 * 3 + 8);
+  REQUIRE(buffer.ok());
+  REQUIRE(static_cast<bool>(*buffer));
+  // A [2, 4) x [0, 3) region at byte offset 8 of the buffer.
+  const BufferRegion region{*buffer, 8, DType::F32, Box{{2, 6}, {0, 3}}};
+  const std::vector<float> rows = random_values(6, 7);
+  REQUIRE(backend->copy_in(region, Box{{3, 5}, {0, 3}}, rows.data()).ok());
+  std::vector<float> back(6);
+  REQUIRE(backend->copy_out(region, Box{{3, 5}, {0, 3}}, back.data()).ok());
+  CHECK(bitwise_equal(rows, back));
+  std::vector<float> one(2);
+  REQUIRE(backend->copy_out(region, Box{{4, 5}, {1, 3}}, one.data()).ok());
+  CHECK(one[0] == rows[4]);
+  CHECK(one[1] == rows[5]);
+  auto* host = dynamic_cast<HostBackend*>(backend.get());
+  REQUIRE(host != nullptr);
+  const float* base = static_cast<const float*>(host->host_address(*buffer));
+  REQUIRE(base != nullptr);
+  CHECK(base[2 + 1 * 3 + 0] == rows[0]);  // byte offset 8 = 2 floats, row 3 is the second row
+
+  CHECK(backend->copy_in(region, Box{{0, 3}, {0, 3}}, rows.data()).code() ==
+        absl::StatusCode::kInvalidArgument);
+  const BufferRegion past{*buffer, 16, DType::F32, Box{{2, 6}, {0, 3}}};
+  CHECK(backend->copy_in(past, Box{{3, 4}, {0, 3}}, rows.data()).code() ==
+        absl::StatusCode::kInvalidArgument);
+  backend->free(*buffer);
+  CHECK(backend->copy_out(region, Box{{3, 4}, {0, 3}}, back.data()).code() ==
+        absl::StatusCode::kInvalidArgument);
+  backend->free(*buffer);  // a second free does nothing
+  CHECK(backend->allocate(-1).status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(backend->synchronize().ok());
+}
