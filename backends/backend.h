@@ -83,9 +83,13 @@ class Backend {
 
   // True when the backend computes in host memory: views passed to run() hold host pointers.
   bool host_addressable() const { return host_addressable_; }
+  // After run() failed: the `step` of the launch that failed (launches before it in the span
+  // completed; none after it did). -1 after a successful run.
+  int32_t last_failed_step() const { return last_failed_step_; }
 
  protected:
   explicit Backend(bool host_addressable) : host_addressable_(host_addressable) {}
+  int32_t last_failed_step_ = -1;
 
  private:
   bool host_addressable_;

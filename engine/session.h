@@ -70,6 +70,9 @@ struct SessionOptions {
   // A valid region with more boxes than this forgets its smallest boxes (they are recomputed
   // when needed), so planning never slows down with a session's history.
   int max_valid_boxes = 64;
+  // Threads of the CPU backend's team (one parallel region per read); 0: TESSERA_THREADS or
+  // the hardware's cores. Results do not depend on it.
+  int threads = 0;
   // Run the fuse pass (planner/fuse.h): user-written composites and elementwise chains become
   // fused ops. Results stay exact (bitwise incremental == fresh) either way.
   bool fuse = true;
@@ -262,7 +265,8 @@ class GraphSession {
   ReadScratch scratch_;
   std::vector<Step> steps_;
   std::vector<NodeId> counted_;  // nodes whose per-node stats the last read set
-  std::vector<KernelInput> input_views_;
+  std::vector<KernelInput> input_views_;  // of every step of the running plan (reused)
+  std::vector<StepLaunch> launches_;
   mutable std::string last_plan_;
   mutable bool last_plan_stale_ = false;
   std::vector<int64_t> dirtied_by_;  // per node: sequence of the last write that dirtied it, -1 none

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "backends/cpu/host_backend.h"
 #include "backends/registry.h"
 #include "engine/op_def.h"
 #include "engine/session.h"
@@ -23,6 +24,9 @@ std::unique_ptr<Backend> GraphSession::make_backend(const SessionOptions& option
   if (!(*backend)->host_addressable())
     throw Error(absl::StrCat("[session] backend ", name,
                              " computes in device memory; sessions run host backends only"));
+  if (options.threads < 0) throw Error(absl::StrCat("[session] threads must be >= 0, got ", options.threads));
+  if (auto* host = dynamic_cast<HostBackend*>(backend->get()); host != nullptr && options.threads > 0)
+    host->set_threads(options.threads);
   return std::move(*backend);
 }
 
@@ -61,24 +65,37 @@ void GraphSession::execute(const Plan& plan, std::span<const Step> steps, bool c
     throw Error("[plan] internal error: running a plan the backend did not prepare");
   std::byte* arena = pool_->arena(plan.arena_bytes);
   stats_.arena_bytes = std::max(stats_.arena_bytes, plan.arena_bytes);
+  // Every step's output view first (kept buffers, arena offsets), then every step's inputs, so
+  // that the whole plan runs in one backend call (one parallel region on the CPU).
+  size_t total_inputs = 0;
   for (size_t i = 0; i < steps.size(); ++i) {
     const Step& step = steps[i];
     const PlanStep& ps = plan.steps[i];  // the arena placement; the kernel is in plan.prepared
     const Node& n = graph_->node(step.node);
     Value& v = values_[static_cast<size_t>(step.node)];
-    if (ps.arena_offset < 0) {
-      ensure_buffer(step.node, Box::full(n.shape));
-    } else {
-      v.view = dense_view(arena + ps.arena_offset, n.dtype, step.compute.bounding_box());
-    }
-    input_views_.resize(n.inputs.size());
+    if (ps.arena_offset < 0) ensure_buffer(step.node, Box::full(n.shape));
+    else v.view = dense_view(arena + ps.arena_offset, n.dtype, step.compute.bounding_box());
+    total_inputs += n.inputs.size();
+  }
+  input_views_.resize(total_inputs);
+  launches_.resize(steps.size());
+  size_t next = 0;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const Node& n = graph_->node(steps[i].node);
     for (size_t k = 0; k < n.inputs.size(); ++k) {
-      static_cast<TensorView&>(input_views_[k]) = values_[static_cast<size_t>(n.inputs[k])].view;
-      input_views_[k].shape = graph_->node(n.inputs[k]).shape;
+      static_cast<TensorView&>(input_views_[next + k]) = values_[static_cast<size_t>(n.inputs[k])].view;
+      input_views_[next + k].shape = graph_->node(n.inputs[k]).shape;
     }
-    const StepLaunch launch{static_cast<int32_t>(i), input_views_, v.view, step.compute.boxes()};
-    absl::Status status = backend_->run(*plan.prepared, std::span<const StepLaunch>(&launch, 1));
-    if (!status.ok()) throw Error(absl::StrCat("[", op_display_name(n), "] ", status.message()));
+    launches_[i] = StepLaunch{static_cast<int32_t>(i), std::span<const KernelInput>(input_views_.data() + next, n.inputs.size()),
+                              values_[static_cast<size_t>(steps[i].node)].view, steps[i].compute.boxes()};
+    next += n.inputs.size();
+  }
+  absl::Status status = backend_->run(*plan.prepared, launches_);
+  if (status.ok()) status = backend_->synchronize();
+  // Steps before a failed one completed: their values are valid.
+  const size_t done = status.ok() ? steps.size() : static_cast<size_t>(std::max(0, backend_->last_failed_step()));
+  for (size_t i = 0; i < done; ++i) {
+    const Step& step = steps[i];
     for (const Box& b : step.compute.boxes()) {
       if (count && to_user_[static_cast<size_t>(step.node)] >= 0) {
         const size_t u = static_cast<size_t>(to_user_[static_cast<size_t>(step.node)]);
@@ -98,8 +115,11 @@ void GraphSession::execute(const Plan& plan, std::span<const Step> steps, bool c
     valid.add(step.compute);
     valid.shrink_to(options_.max_valid_boxes);
   }
-  if (absl::Status status = backend_->synchronize(); !status.ok())
-    throw Error(absl::StrCat("[backend] ", std::string(backend_->name()), ": ", status.message()));
+  if (!status.ok()) {
+    const std::string where = done < steps.size() ? op_display_name(graph_->node(steps[done].node))
+                                                   : std::string(backend_->name());
+    throw Error(absl::StrCat("[", where, "] ", status.message()));
+  }
 }
 
 // Transient values exist only during the read that computes them.

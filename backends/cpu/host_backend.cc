@@ -1,11 +1,15 @@
 #include "backends/cpu/host_backend.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <mutex>
 #include <new>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "engine/op_def.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace tessera {
 
@@ -17,7 +21,47 @@ struct HostStep {
   KernelFn kernel = nullptr;
   const Node* node = nullptr;  // in the graph given to prepare (which outlives the plan)
   const void* constant_data = nullptr;
+  int64_t cost = 1;  // work per output element (the reduction depth of matmul-like ops)
 };
+
+// A launch with less work than this runs whole on one member: splitting it would cost a
+// barrier more than it saves.
+constexpr int64_t kSplitWork = int64_t{1} << 15;
+
+int64_t work_per_element(const Graph& graph, const Node& node) {
+  auto in = [&](int i) -> const Node& { return graph.node(node.inputs[static_cast<size_t>(i)]); };
+  switch (node.kind) {
+    case OpKind::Linear: return in(1).shape.back();
+    case OpKind::Matmul: return in(0).shape.back();
+    case OpKind::Attention: return in(1).shape[in(1).shape.size() - 3] * in(1).shape.back();
+    case OpKind::Conv2d: return in(1).shape[1] * in(1).shape[2] * in(1).shape[3];
+    default: return 1;
+  }
+}
+
+// Tile `member` of `members` of `box`: cut along the outermost axis with at least `members`
+// elements (else the widest); cuts on the innermost axis fall on multiples of 64 elements.
+Box tile_of(const Box& box, int member, int members) {
+  const int rank = box.rank();
+  if (rank == 0) return member == 0 ? box : Box::of_rank(0);
+  int axis = -1;
+  for (int d = 0; d < rank && axis < 0; ++d)
+    if (box.extent(d) >= members) axis = d;
+  if (axis < 0) {
+    axis = 0;
+    for (int d = 1; d < rank; ++d)
+      if (box.extent(d) > box.extent(axis)) axis = d;
+  }
+  const int64_t begin = box.begin(axis), extent = box.extent(axis);
+  auto cut = [&](int k) {
+    int64_t at = begin + extent * k / members;
+    if (axis == rank - 1 && k > 0 && k < members) at = std::clamp<int64_t>((at + 32) / 64 * 64, begin, begin + extent);
+    return at;
+  };
+  Box tile = box;
+  tile[axis] = Interval(cut(member), cut(member + 1));
+  return tile;
+}
 
 class HostPreparedPlan final : public PreparedPlan {
  public:
@@ -141,7 +185,8 @@ absl::StatusOr<std::unique_ptr<PreparedPlan>> HostBackend::prepare(const Graph& 
       return absl::InvalidArgumentError("[backend] plan of another graph");
     const Node& node = graph.node(ps.node);
     if (absl::Status supported = supports(graph, node); !supported.ok()) return supported;
-    HostStep step{kernel_for(graph, node), &node, kernel_node(graph, node).constant_data};
+    HostStep step{kernel_for(graph, node), &node, kernel_node(graph, node).constant_data,
+                  work_per_element(graph, node)};
     if (step.kernel == nullptr)
       return absl::InternalError("[backend] supported op without a kernel");
     prepared->steps.push_back(step);
@@ -149,21 +194,76 @@ absl::StatusOr<std::unique_ptr<PreparedPlan>> HostBackend::prepare(const Graph& 
   return std::unique_ptr<PreparedPlan>(std::move(prepared));
 }
 
+void HostBackend::set_threads(int threads) {
+  threads = std::max(1, threads);
+  if (threads == threads_) return;
+  threads_ = threads;
+  team_.reset();
+}
+
+// One launch, or member `member`'s tile of each of its boxes when members > 1.
+absl::Status HostBackend::run_launch(const PreparedPlan& prepared, const StepLaunch& launch, int member,
+                                     int members) const {
+  const HostStep& step = static_cast<const HostPreparedPlan&>(prepared).steps[static_cast<size_t>(launch.step)];
+  KernelNode node(*step.node);
+  node.constant_data = step.constant_data;
+  for (const Box& box : launch.boxes) {
+    if (members > 1 && box.rank() == 0 && member != 0) continue;  // a scalar is one member's
+    const Box tile = members > 1 ? tile_of(box, member, members) : box;
+    if (tile.empty() && tile.rank() > 0) continue;
+    if (absl::Status status = step.kernel(KernelArgs{node, launch.inputs, launch.out, tile}); !status.ok())
+      return status;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status HostBackend::run(const PreparedPlan& prepared, std::span<const StepLaunch> launches) {
   const auto* plan = dynamic_cast<const HostPreparedPlan*>(&prepared);
   if (plan == nullptr)
     return absl::InvalidArgumentError("[backend] plan prepared by another backend");
-  for (const StepLaunch& launch : launches) {
+  for (const StepLaunch& launch : launches)
     if (launch.step < 0 || static_cast<size_t>(launch.step) >= plan->steps.size())
       return absl::InvalidArgumentError(
           absl::StrCat("[backend] step ", launch.step, " not in the plan"));
-    const HostStep& step = plan->steps[static_cast<size_t>(launch.step)];
-    KernelNode node(*step.node);
-    node.constant_data = step.constant_data;
-    for (const Box& box : launch.boxes) {
-      absl::Status status = step.kernel(KernelArgs{node, launch.inputs, launch.out, box});
-      if (!status.ok()) return status;
+  last_failed_step_ = -1;
+  // Kernels take their share from the team: their own parallel_for runs inline.
+  cpu::ThreadPool::InlineScope inline_scope;
+  if (threads_ == 1) {
+    for (const StepLaunch& launch : launches)
+      if (absl::Status status = run_launch(prepared, launch, 0, 1); !status.ok()) {
+        last_failed_step_ = launch.step;
+        return status;
+      }
+    return absl::OkStatus();
+  }
+  if (team_ == nullptr) team_ = std::make_unique<cpu::WorkerTeam>(threads_);
+  const int members = team_->size();
+  split_.assign(launches.size(), 0);
+  for (size_t j = 0; j < launches.size(); ++j) {
+    int64_t elements = 0;
+    for (const Box& box : launches[j].boxes) elements += box.volume();
+    split_[j] = elements * plan->steps[static_cast<size_t>(launches[j].step)].cost >= kSplitWork;
+  }
+  std::atomic<size_t> failed{launches.size()};
+  std::mutex error_mutex;
+  absl::Status first_error;
+  team_->run([&](int member) {
+    cpu::ThreadPool::InlineScope member_scope;
+    for (size_t j = 0; j < launches.size(); ++j) {
+      if (j > 0 && (split_[j] || split_[j - 1])) team_->barrier();
+      if ((!split_[j] && member != 0) || failed.load(std::memory_order_acquire) <= j) continue;
+      absl::Status status = run_launch(prepared, launches[j], member, split_[j] ? members : 1);
+      if (status.ok()) continue;
+      std::lock_guard<std::mutex> lock(error_mutex);
+      if (j < failed.load()) {
+        failed.store(j, std::memory_order_release);
+        first_error = status;
+      }
     }
+  });
+  if (failed.load() < launches.size()) {
+    last_failed_step_ = launches[failed.load()].step;
+    return first_error;
   }
   return absl::OkStatus();
 }

@@ -7,6 +7,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "backends/backend.h"
+#include "backends/cpu/worker_team.h"
 
 namespace tessera {
 
@@ -26,9 +27,16 @@ class HostBackend : public Backend {
   // One KernelFn per step (kernel_for), plus what KernelArgs needs of the node.
   absl::StatusOr<std::unique_ptr<PreparedPlan>> prepare(const Graph& graph,
                                                         const Plan& plan) override;
-  // Calls each launch's kernel once per box, in order, on the calling thread; returns the first
-  // kernel's error unchanged (the caller knows the step, hence the op).
+  // Runs the launches in one parallel region of the backend's team (set_threads): a launch with
+  // enough work is split into one tile per member, cut along the outermost axis that has room
+  // (kernels compute each element the same way whatever box they get, so the split never changes
+  // a bit); lighter launches run whole on member 0. A barrier separates a split launch from its
+  // neighbours; runs of whole launches need none. Returns the first kernel error unchanged and
+  // sets last_failed_step() (the caller knows the step, hence the op).
   absl::Status run(const PreparedPlan& prepared, std::span<const StepLaunch> launches) override;
+  // Threads of the team (>= 1; default WorkerTeam::default_size()). CPU-only, like host_address.
+  void set_threads(int threads);
+  int threads() const { return threads_; }
   absl::Status synchronize() override { return absl::OkStatus(); }
 
   // CPU-only accessor: the host address of a buffer of this backend (nullptr when unknown).
@@ -42,7 +50,12 @@ class HostBackend : public Backend {
   // Checks `box` and `region` against the buffer; the address of the region's first byte.
   absl::StatusOr<std::byte*> region_address(const BufferRegion& region, const Box& box) const;
 
+  absl::Status run_launch(const PreparedPlan& prepared, const StepLaunch& launch, int member, int members) const;
+
   absl::flat_hash_map<uint64_t, int64_t> buffers_;  // live buffers: id (the address) -> bytes
+  int threads_ = cpu::WorkerTeam::default_size();
+  std::unique_ptr<cpu::WorkerTeam> team_;  // made on the first run with threads_ > 1
+  std::vector<uint8_t> split_;             // per launch of the current run
 };
 
 }  // namespace tessera

@@ -54,11 +54,13 @@ void ThreadPool::worker_loop() {
   }
 }
 
+thread_local bool ThreadPool::inline_only_ = false;
+
 void ThreadPool::parallel_for(int64_t n, int64_t grain,
                               const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(grain, 1);
-  if (workers_.empty() || n <= grain) {
+  if (inline_only_ || workers_.empty() || n <= grain) {
     fn(0, n);
     return;
   }

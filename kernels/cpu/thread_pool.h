@@ -28,7 +28,21 @@ class ThreadPool {
   // The process-wide pool (threads = hardware concurrency, or TESSERA_THREADS).
   static ThreadPool& global();
 
+  // While one lives on a thread, parallel_for on that thread runs the whole range inline: a
+  // member of a plan executor's team (backends/cpu/worker_team.h) already has its share.
+  class InlineScope {
+   public:
+    InlineScope() : previous_(inline_only_) { inline_only_ = true; }
+    ~InlineScope() { inline_only_ = previous_; }
+    InlineScope(const InlineScope&) = delete;
+    InlineScope& operator=(const InlineScope&) = delete;
+
+   private:
+    bool previous_;
+  };
+
  private:
+  static thread_local bool inline_only_;
   void worker_loop();
   void run_chunks(std::unique_lock<std::mutex>& lock);
   std::vector<std::thread> workers_;

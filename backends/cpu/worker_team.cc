@@ -1,0 +1,94 @@
+#include "backends/cpu/worker_team.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace tessera::cpu {
+
+namespace {
+
+constexpr int kSpins = 4000;  // about 10-40 us of polling before sleeping
+
+void relax() {
+#if defined(__x86_64__)
+  _mm_pause();
+#endif
+}
+
+}  // namespace
+
+int WorkerTeam::default_size() {
+  if (const char* env = std::getenv("TESSERA_THREADS")) {
+    const int n = std::atoi(env);
+    if (n >= 1) return std::min(n, 256);
+  }
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+WorkerTeam::WorkerTeam(int threads) : size_(std::max(1, threads)) {
+  for (int m = 1; m < size_; ++m) threads_.emplace_back([this, m] { member_loop(m); });
+}
+
+WorkerTeam::~WorkerTeam() {
+  stop_.store(true);
+  generation_.fetch_add(1);
+  generation_.notify_all();
+  for (std::thread& t : threads_) t.join();
+}
+
+void WorkerTeam::wait_until_changed(const std::atomic<uint32_t>& word, uint32_t seen) {
+  for (int i = 0; i < kSpins; ++i) {
+    if (word.load(std::memory_order_acquire) != seen) return;
+    relax();
+  }
+  while (word.load(std::memory_order_acquire) == seen) word.wait(seen, std::memory_order_acquire);
+}
+
+void WorkerTeam::run(const std::function<void(int)>& fn) {
+  if (size_ == 1) {
+    fn(0);
+    return;
+  }
+  job_ = &fn;
+  running_.store(size_ - 1, std::memory_order_release);
+  generation_.fetch_add(1, std::memory_order_acq_rel);
+  generation_.notify_all();
+  fn(0);
+  // Wait for the others to leave the job (they may still be between their last barrier and return).
+  for (int i = 0; running_.load(std::memory_order_acquire) != 0; ++i) {
+    if (i < kSpins) relax();
+    else std::this_thread::yield();
+  }
+  job_ = nullptr;
+}
+
+void WorkerTeam::member_loop(int member) {
+  // Generation 0 is the state before any run: a member that starts late must still see the
+  // first run's bump.
+  uint32_t seen = 0;
+  while (true) {
+    wait_until_changed(generation_, seen);
+    seen = generation_.load(std::memory_order_acquire);
+    if (stop_.load()) return;
+    (*job_)(member);
+    running_.fetch_sub(1, std::memory_order_acq_rel);
+  }
+}
+
+void WorkerTeam::barrier() {
+  if (size_ == 1) return;
+  const uint32_t phase = phase_.load(std::memory_order_acquire);
+  if (arrived_.fetch_add(1, std::memory_order_acq_rel) == size_ - 1) {
+    arrived_.store(0, std::memory_order_relaxed);
+    phase_.fetch_add(1, std::memory_order_acq_rel);
+    phase_.notify_all();
+    return;
+  }
+  wait_until_changed(phase_, phase);
+}
+
+}  // namespace tessera::cpu

@@ -1,0 +1,52 @@
+// WorkerTeam: persistent threads that execute a plan in one parallel region (as ggml computes a
+// graph). run() wakes the team once; inside, every member walks the same steps, each kernel call
+// takes the member's share of the step (KernelArgs::thread_index / thread_count), and barrier()
+// separates dependent steps. Waiting spins briefly, then sleeps (std::atomic::wait, a futex):
+// on a shared 2-core machine pure spinning collapses when another process holds a core.
+//
+// Results never depend on the team size: kernels compute each element the same way whatever
+// share of a box they are given.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <thread>
+#include <vector>
+
+namespace tessera::cpu {
+
+class WorkerTeam {
+ public:
+  // threads >= 1 members; the calling thread of run() is member 0.
+  explicit WorkerTeam(int threads);
+  ~WorkerTeam();
+  WorkerTeam(const WorkerTeam&) = delete;
+  WorkerTeam& operator=(const WorkerTeam&) = delete;
+
+  int size() const { return size_; }
+  // Runs fn(member) on every member and returns when all have returned. fn must not throw.
+  // One run at a time (the callers serialise: reads of sessions on one pool already are).
+  void run(const std::function<void(int)>& fn);
+  // Inside fn, by every member: returns once all members have called it.
+  void barrier();
+
+  // The team size a session gets by default: TESSERA_THREADS, else the hardware's cores.
+  static int default_size();
+
+ private:
+  void member_loop(int member);
+  static void wait_until_changed(const std::atomic<uint32_t>& word, uint32_t seen);
+
+  int size_;
+  std::vector<std::thread> threads_;
+  const std::function<void(int)>* job_ = nullptr;
+  std::atomic<uint32_t> generation_{0};  // bumped by run() to start the members
+  std::atomic<int> running_{0};          // members still inside the current job
+  std::atomic<bool> stop_{false};
+  // Barrier: arrivals count up to size_, the last one bumps the phase.
+  std::atomic<int> arrived_{0};
+  std::atomic<uint32_t> phase_{0};
+};
+
+}  // namespace tessera::cpu
