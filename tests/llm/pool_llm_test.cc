@@ -63,3 +63,29 @@ TEST_CASE("llm: both real models and a conv net share one pool and its budget, r
   // Weights exist once per pool: the huge-page copies of the two models, not one per session.
   CHECK(st.weight_bytes > 0);
 }
+
+TEST_CASE("llm: both real models decode bit for bit the same with 1, 2 and 3 threads") {
+  for (const ModelCase& m : {kSmol, kGemma}) {
+    if (!have(m)) continue;
+    CAPTURE(m.file);
+    auto model = LlmModel::load(model_path(m), 48);
+    const int64_t vocab = model->config().vocab;
+    std::vector<std::unique_ptr<GraphSession>> sessions;
+    for (int threads : {1, 2, 3}) sessions.push_back(model->new_session(SessionOptions{.threads = threads}));
+    std::vector<int32_t> ids = {1, 504, 3458, 282, 260, 1029, 30, 42, 7, 19};
+    for (auto& s : sessions) s->write("ids", Box{{0, 10}}, ids);
+    for (int64_t t = 10; t < 16; ++t) {
+      CAPTURE(t);
+      std::vector<float> first;
+      for (size_t k = 0; k < sessions.size(); ++k) {
+        std::vector<float> row = sessions[k]->read<float>("logits", Box{{t - 1, t}, {0, vocab}});
+        if (k == 0) first = row;
+        else REQUIRE(row == first);
+      }
+      int32_t next = 0;
+      for (size_t v = 1; v < first.size(); ++v)
+        if (first[v] > first[static_cast<size_t>(next)]) next = static_cast<int32_t>(v);
+      for (auto& s : sessions) s->write("ids", Box{{t, t + 1}}, std::vector<int32_t>{next});
+    }
+  }
+}
