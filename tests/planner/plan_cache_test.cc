@@ -9,9 +9,11 @@
 
 #include "engine/session.h"
 #include "examples/tiny_transformer.h"
+#include "tests/support/fresh.h"
 
 using namespace tessera;
 using namespace tessera::examples;
+using namespace tessera::testing;
 
 namespace {
 
@@ -28,12 +30,6 @@ std::vector<int32_t> tokens_of(int64_t n, int32_t vocab) {
   std::vector<int32_t> t(static_cast<size_t>(n));
   for (size_t i = 0; i < t.size(); ++i) t[i] = static_cast<int32_t>((i * 7 + 3) % static_cast<size_t>(vocab));
   return t;
-}
-
-std::vector<float> fresh_row(const Graph& g, const std::vector<int32_t>& tokens, int64_t row, int64_t vocab) {
-  GraphSession fresh(g);
-  fresh.write("ids", Box{{0, static_cast<int64_t>(tokens.size())}}, tokens);
-  return fresh.read<float>("logits", Box{{row, row + 1}, {0, vocab}});
 }
 
 ReadPattern decode_pattern(int64_t t, int64_t vocab) {
@@ -59,7 +55,7 @@ TEST_CASE("planner: decode steps at t and t + 1 run the same cached plan, bitwis
     s->write("ids", Box{{t, t + 1}}, std::vector<int32_t>{tokens.back()});
     std::vector<float> row = s->read<float>("logits", Box{{t, t + 1}, {0, config.vocab}});
     CHECK(s->stats().plan_cache_hit == (t > 8));
-    CHECK(row == fresh_row(g, tokens, t, config.vocab));
+    CHECK(row == fresh_logits(g, tokens, t, config.vocab));
   }
   // One plan for the prefill, one for every decode step.
   CHECK(s->stats().plans.size == plans_after_prefill + 1);
@@ -81,7 +77,7 @@ TEST_CASE("planner: prefill chunks whose extents share a bucket share a plan") {
   s->write("ids", Box{{100, 220}}, std::vector<int32_t>(tokens.begin() + 100, tokens.end()));
   std::vector<float> row = s->read<float>("logits", Box{{219, 220}, {0, config.vocab}});
   CHECK(s->stats().plan_cache_hit);
-  CHECK(row == fresh_row(g, tokens, 219, config.vocab));
+  CHECK(row == fresh_logits(g, tokens, 219, config.vocab));
 }
 
 TEST_CASE("planner: a read with nothing to compute does no planning") {
@@ -118,7 +114,7 @@ TEST_CASE("planner: compile_ahead prepares the decode plan before the first deco
   s->write("ids", Box{{9, 10}}, std::vector<int32_t>{tokens[9]});
   std::vector<float> row = s->read<float>("logits", Box{{9, 10}, {0, config.vocab}});
   CHECK(s->stats().plan_cache_hit);
-  CHECK(row == fresh_row(g, tokens, 9, config.vocab));
+  CHECK(row == fresh_logits(g, tokens, 9, config.vocab));
   CHECK_THROWS_AS(s->compile_ahead(std::vector<ReadPattern>{{{{"nope", Box{{0, 1}}}}, "logits", Box{{0, 1}, {0, 1}}}}),
                   Error);
 }
@@ -142,7 +138,7 @@ TEST_CASE("planner: the plan cache survives a round trip to disk and rejects bad
   s->write("ids", Box{{0, 5}}, std::vector<int32_t>(tokens.begin(), tokens.begin() + 5));
   s->read<float>("logits", Box{{4, 5}, {0, config.vocab}});
   s->write("ids", Box{{5, 6}}, std::vector<int32_t>{tokens[5]});
-  CHECK(s->read<float>("logits", Box{{5, 6}, {0, config.vocab}}) == fresh_row(g, tokens, 5, config.vocab));
+  CHECK(s->read<float>("logits", Box{{5, 6}, {0, config.vocab}}) == fresh_logits(g, tokens, 5, config.vocab));
   CHECK(s->stats().plan_cache_hit);
 
   // Corrupt, truncated, missing, or made for another graph: ignored (with a warning), never used.
@@ -172,7 +168,7 @@ TEST_CASE("planner: the plan cache survives a round trip to disk and rejects bad
   std::filesystem::remove(path);
   CHECK_FALSE(s->load_plans(path));
   // Still usable.
-  CHECK(s->read<float>("logits", Box{{5, 6}, {0, config.vocab}}) == fresh_row(g, tokens, 5, config.vocab));
+  CHECK(s->read<float>("logits", Box{{5, 6}, {0, config.vocab}}) == fresh_logits(g, tokens, 5, config.vocab));
 }
 
 TEST_CASE("planner: a graph that grew after the session was created is an error, not a crash") {

@@ -8,20 +8,16 @@
 #include "engine/op_def.h"
 #include "engine/session.h"
 #include "examples/tiny_transformer.h"
+#include "tests/support/fresh.h"
 
 using namespace tessera;
 using namespace tessera::examples;
+using namespace tessera::testing;
 
 namespace {
 
 // Elements in one row (index along axis 0) of a node.
 int64_t row_elements(const Node& n) { return n.shape.empty() ? 1 : n.volume() / n.shape[0]; }
-
-std::vector<float> fresh_logits(const Graph& g, const std::vector<int32_t>& tokens, int64_t row, int64_t vocab) {
-  GraphSession fresh(g);
-  fresh.write("ids", Box{{0, static_cast<int64_t>(tokens.size())}}, tokens);
-  return fresh.read<float>("logits", Box{{row, row + 1}, {0, vocab}});
-}
 
 }  // namespace
 

@@ -7,6 +7,7 @@
 
 #include "engine/session.h"
 #include "examples/tiny_transformer.h"
+#include "tests/support/fresh.h"
 #include "tests/support/conv_net.h"
 
 using namespace tessera;
@@ -23,12 +24,6 @@ SessionOptions on_pool(std::shared_ptr<MemoryPool> pool, std::vector<InputHint> 
 }
 
 const std::vector<InputHint> kAppend = {{"ids", InputHint::Kind::Append}};
-
-std::vector<float> fresh_logits(const Graph& g, const std::vector<int32_t>& tokens, int64_t row, int64_t vocab) {
-  GraphSession fresh(g);
-  fresh.write("ids", Box{{0, static_cast<int64_t>(tokens.size())}}, tokens);
-  return fresh.read<float>("logits", Box{{row, row + 1}, {0, vocab}});
-}
 
 std::vector<float> image(int64_t h, int64_t w, float shift) {
   std::vector<float> v(static_cast<size_t>(3 * h * w));
