@@ -1,5 +1,7 @@
 #include "planner/plan.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "engine/op_def.h"
 #include "xxhash.h"
@@ -26,23 +28,23 @@ Liveness liveness(const Graph& graph, NodeId target, std::span<const Step> steps
   Liveness live;
   live.last_use.assign(steps.size(), -1);
   live.in_place_of.assign(steps.size(), -1);
-  // Steps are few next to the graph: a small map from node to step index.
-  absl::flat_hash_map<NodeId, int32_t> step_of;
-  step_of.reserve(steps.size());
-  for (int32_t i = 0; i < n; ++i) step_of[steps[static_cast<size_t>(i)].node] = i;
+  // Steps come in topological order, i.e. by increasing node id: find a node's step by bisection.
+  auto step_of = [&](NodeId node) -> int32_t {
+    auto it = std::lower_bound(steps.begin(), steps.end(), node, [](const Step& s, NodeId id) { return s.node < id; });
+    return it != steps.end() && it->node == node ? static_cast<int32_t>(it - steps.begin()) : -1;
+  };
   for (int32_t i = 0; i < n; ++i)
     for (NodeId in : graph.node(steps[static_cast<size_t>(i)].node).inputs)
-      if (auto it = step_of.find(in); it != step_of.end()) live.last_use[static_cast<size_t>(it->second)] = i;
-  if (auto it = step_of.find(target); it != step_of.end()) live.last_use[static_cast<size_t>(it->second)] = n;
+      if (const int32_t j = step_of(in); j >= 0) live.last_use[static_cast<size_t>(j)] = i;
+  if (const int32_t j = step_of(target); j >= 0) live.last_use[static_cast<size_t>(j)] = n;
   for (int32_t i = 0; i < n; ++i) {
     const Step& step = steps[static_cast<size_t>(i)];
     const Node& node = graph.node(step.node);
     if (!elementwise(node.kind) || kept[static_cast<size_t>(step.node)]) continue;
     const Box extent = step.compute.bounding_box();
     for (NodeId in : node.inputs) {
-      auto it = step_of.find(in);
-      if (it == step_of.end()) continue;
-      const int32_t j = it->second;
+      const int32_t j = step_of(in);
+      if (j < 0) continue;
       const Step& donor = steps[static_cast<size_t>(j)];
       if (kept[static_cast<size_t>(donor.node)] || live.last_use[static_cast<size_t>(j)] != i ||
           graph.node(donor.node).dtype != node.dtype || !(donor.compute.bounding_box() == extent))
