@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Builds the test suite with sanitizers in its own build folder and runs it.
+#   bash scripts/sanitize.sh asan [ctest -R regex]   AddressSanitizer + UndefinedBehaviorSanitizer
+#   bash scripts/sanitize.sh tsan [ctest -R regex]   ThreadSanitizer (default: the threaded tests)
+# Not part of .ci/run (too slow for it); exits non-zero when a test fails or a sanitizer reports.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+mode="${1:-}"
+case "$mode" in
+  asan)
+    flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -O1"
+    filter="${2:-.}"
+    export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0" UBSAN_OPTIONS="print_stacktrace=1"
+    ;;
+  tsan)
+    flags="-fsanitize=thread -O1"
+    filter="${2:-pool|threads|parallel_for}"
+    export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
+    ;;
+  *)
+    sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//'
+    [ "$mode" = "--help" ] && exit 0 || exit 2
+    ;;
+esac
+bash scripts/setup.sh
+bash scripts/fetch_models.sh
+cmake -S . -B "build-$mode" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS="$flags" \
+  -DCMAKE_EXE_LINKER_FLAGS="${flags%% -O1}" -DCMAKE_SHARED_LINKER_FLAGS="${flags%% -O1}" >/dev/null
+cmake --build "build-$mode" -j "$(nproc)"
+ctest --test-dir "build-$mode" --output-on-failure -j "$(nproc)" --timeout 3000 -R "$filter"
