@@ -53,8 +53,17 @@ void plan_read(const Graph& graph, NodeId target, const Box& box, const ReadStat
       if (explain != nullptr) explain->push_back(NeedEntry{id, want, Region(node.rank())});
       continue;
     }
-    Region missing = valid.empty() ? want : want.subtract(valid);
-    if (reused != nullptr) (*reused)[static_cast<size_t>(id)] += want.volume() - missing.volume();
+    // Nothing valid (transient nodes): all of the want is missing; it is not needed afterwards.
+    Region missing;
+    if (!valid.empty()) {
+      missing = want.subtract(valid);
+      if (reused != nullptr) (*reused)[static_cast<size_t>(id)] += want.volume() - missing.volume();
+    } else if (explain != nullptr) {
+      missing = want;
+    } else {
+      missing = std::move(want);
+      want.clear();
+    }
     if (explain != nullptr) explain->push_back(NeedEntry{id, want, missing});
     if (missing.empty()) continue;
     missing.cap(state.max_boxes);

@@ -102,8 +102,21 @@ bool Region::intersects(const Box& box) const {
 
 void Region::add(const Box& box_ref) {
   if (box_ref.empty()) return;
+  // Fast paths (region analysis adds one box at a time to mostly one-box regions): a single
+  // box is already canonical.
+  if (boxes_.empty()) {
+    rank_ = box_ref.rank();
+    boxes_.push_back(box_ref);
+    return;
+  }
+  if (boxes_.size() == 1) {
+    if (boxes_[0].contains(box_ref)) return;
+    if (box_ref.contains(boxes_[0])) {
+      boxes_[0] = box_ref;
+      return;
+    }
+  }
   const Box box = box_ref;  // box_ref may alias one of boxes_, which is edited below
-  if (boxes_.empty()) rank_ = box.rank();
   // Drop the boxes the new one covers, so that a covering write collapses fragments into one
   // box (otherwise a fully covered box would leave the fragments untouched).
   // A covered box begins inside `box` in the first dimension: only that slice of the sorted
