@@ -9,6 +9,11 @@
 // Errors (unknown names, boxes out of range, wrong buffer sizes or dtypes, kernel failures such
 // as out-of-range ids) throw tessera::Error and leave the session usable: values computed before
 // the failure stay valid, nothing half-written is marked valid.
+//
+// Threads: write, read, read_node, set_keep, explain, compile_ahead and save/load_plans may be
+// called from any thread; they hold the session's memory pool lock, so calls on all sessions of
+// one pool run one at a time (serialised, never interleaved). The references stats(),
+// last_plan() and valid_region() return are only stable until the next such call.
 #pragma once
 
 #include <cstddef>
