@@ -339,7 +339,7 @@ void GraphSession::write(std::string_view input, const Box& box, std::span<const
     throw Error(absl::StrCat("[session] write to '", std::string(input), "': got ", data.size(), " bytes, box ", box.to_string(),
                              " needs ", expected));
   if (box.empty()) return;
-  copy_box(values_[static_cast<size_t>(id)].view, box, const_cast<std::byte*>(data.data()), true);
+  copy_box_to_view(values_[static_cast<size_t>(id)].view, box, data.data());
   const int64_t sequence = ++write_sequence_;
   if (write_log_.size() == kWriteLogSize) write_log_.erase(write_log_.begin());
   write_log_.push_back({sequence, absl::StrCat("write #", sequence, " to '", std::string(input), "' ", box.to_string())});

@@ -163,7 +163,7 @@ void GraphSession::read_checked(NodeId node, const Box& box, std::span<std::byte
   // Everything valid already: no planning at all.
   if (valid_[static_cast<size_t>(target)].contains(box)) {
     reused_[static_cast<size_t>(target)] += box.volume();
-    copy_box(result.view, box, out.data(), false);
+    copy_box_from_view(result.view, box, out.data());
     stats_.reads_without_work += 1;
     stats_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return;
@@ -183,7 +183,7 @@ void GraphSession::read_checked(NodeId node, const Box& box, std::span<std::byte
     stats_.plans = plans_.stats();
     throw;
   }
-  copy_box(result.view, box, out.data(), false);
+  copy_box_from_view(result.view, box, out.data());
   reset_transients(steps_);
   stats_.plans = plans_.stats();
   stats_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

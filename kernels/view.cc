@@ -1,6 +1,47 @@
 #include "kernels/view.h"
 
+#include <cstring>
+
+#include "kernels/ref/access.h"
+
 namespace tessera {
+
+namespace {
+
+// Calls copy(view_bytes, dense_bytes, bytes) for each run of `box`, in row-major order.
+template <class Copy>
+void for_each_box_run(const TensorView& view, const Box& box, std::byte* dense, Copy copy) {
+  if (box.empty()) return;
+  const int64_t size = dtype_size(view.dtype);
+  const int rank = box.rank();
+  std::byte* base = static_cast<std::byte*>(view.data);
+  if (rank == 0) return copy(base, dense, size);
+  const int64_t run = box.extent(rank - 1);
+  const int64_t step = view.strides[rank - 1];
+  Box rows = box;
+  rows[rank - 1] = Interval(box.begin(rank - 1), box.begin(rank - 1) + 1);
+  ref::for_each_index(rows, [&](const int64_t* index) {
+    std::byte* p = base + view.offset(index) * size;
+    if (step == 1) {
+      copy(p, dense, run * size);
+      dense += run * size;
+      return;
+    }
+    for (int64_t j = 0; j < run; ++j, dense += size) copy(p + j * step * size, dense, size);
+  });
+}
+
+}  // namespace
+
+void copy_box_to_view(const TensorView& view, const Box& box, const void* dense) {
+  for_each_box_run(view, box, static_cast<std::byte*>(const_cast<void*>(dense)),
+                   [](std::byte* v, const std::byte* d, int64_t n) { std::memcpy(v, d, static_cast<size_t>(n)); });
+}
+
+void copy_box_from_view(const TensorView& view, const Box& box, void* dense) {
+  for_each_box_run(view, box, static_cast<std::byte*>(dense),
+                   [](const std::byte* v, std::byte* d, int64_t n) { std::memcpy(d, v, static_cast<size_t>(n)); });
+}
 
 TensorView dense_view(void* data, DType dtype, const Box& extent) {
   TensorView v;

@@ -32,6 +32,11 @@ struct TensorView {
 // A dense row-major view of `extent` over `data`.
 TensorView dense_view(void* data, DType dtype, const Box& extent);
 
+// Copy `box` (inside view.extent) between a view and dense row-major memory holding exactly
+// that box, one contiguous innermost run at a time.
+void copy_box_to_view(const TensorView& view, const Box& box, const void* dense);
+void copy_box_from_view(const TensorView& view, const Box& box, void* dense);
+
 // What a kernel knows of one input: a view of (at least) the box it reads, plus the whole
 // tensor's shape (broadcasting and bounds need it; the view's extent may be only a part).
 // `dtype` (in the view) is the input's dtype.

@@ -68,35 +68,6 @@ class HostPreparedPlan final : public PreparedPlan {
   std::vector<HostStep> steps;
 };
 
-// Calls `fn(offset_elems, run_elems)` for each contiguous innermost run of `box` inside a dense
-// row-major `extent` (offsets relative to the extent's first element), in row-major order.
-template <class Fn>
-void for_each_run(const Box& extent, const Box& box, Fn fn) {
-  const int rank = box.rank();
-  if (box.empty()) return;
-  if (rank == 0) return fn(int64_t{0}, int64_t{1});
-  int64_t strides[kMaxRank];
-  int64_t s = 1;
-  for (int d = rank - 1; d >= 0; --d) {
-    strides[d] = s;
-    s *= extent.extent(d);
-  }
-  int64_t index[kMaxRank];
-  for (int d = 0; d < rank; ++d) index[d] = box.begin(d);
-  const int64_t run = box.extent(rank - 1);
-  while (true) {
-    int64_t offset = 0;
-    for (int d = 0; d < rank; ++d) offset += (index[d] - extent.begin(d)) * strides[d];
-    fn(offset, run);
-    int d = rank - 2;
-    for (; d >= 0; --d) {
-      if (++index[d] < box.end(d)) break;
-      index[d] = box.begin(d);
-    }
-    if (d < 0) return;
-  }
-}
-
 }  // namespace
 
 HostBackend::~HostBackend() {
@@ -155,24 +126,14 @@ absl::StatusOr<std::byte*> HostBackend::region_address(const BufferRegion& regio
 absl::Status HostBackend::copy_in(const BufferRegion& region, const Box& box, const void* host) {
   absl::StatusOr<std::byte*> base = region_address(region, box);
   if (!base.ok()) return base.status();
-  const int64_t size = dtype_size(region.dtype);
-  const std::byte* src = static_cast<const std::byte*>(host);
-  for_each_run(region.extent, box, [&](int64_t offset, int64_t run) {
-    std::memcpy(*base + offset * size, src, static_cast<size_t>(run * size));
-    src += run * size;
-  });
+  copy_box_to_view(dense_view(*base, region.dtype, region.extent), box, host);
   return absl::OkStatus();
 }
 
 absl::Status HostBackend::copy_out(const BufferRegion& region, const Box& box, void* host) {
   absl::StatusOr<std::byte*> base = region_address(region, box);
   if (!base.ok()) return base.status();
-  const int64_t size = dtype_size(region.dtype);
-  std::byte* dst = static_cast<std::byte*>(host);
-  for_each_run(region.extent, box, [&](int64_t offset, int64_t run) {
-    std::memcpy(dst, *base + offset * size, static_cast<size_t>(run * size));
-    dst += run * size;
-  });
+  copy_box_from_view(dense_view(*base, region.dtype, region.extent), box, host);
   return absl::OkStatus();
 }
 
