@@ -44,16 +44,21 @@ PoolStats MemoryPool::stats() const {
   return s;
 }
 
+// Adds `delta` bytes to the figure of `use` (pinned values count as kept too).
+void MemoryPool::account(Use use, int64_t delta) {
+  switch (use) {
+    case Use::Pinned: stats_.pinned_bytes += delta; [[fallthrough]];
+    case Use::Kept: stats_.kept_bytes += delta; break;
+    case Use::Input: stats_.input_bytes += delta; break;
+    case Use::Weight: stats_.weight_bytes += delta; break;
+  }
+}
+
 std::byte* MemoryPool::allocate(int64_t bytes, Use use, const char* what) {
   std::byte* p = aligned_new(bytes, kAlign, what);
   stats_.allocations += 1;
   stats_.current_bytes += bytes;
-  switch (use) {
-    case Use::Pinned: stats_.pinned_bytes += bytes; [[fallthrough]];
-    case Use::Kept: stats_.kept_bytes += bytes; break;
-    case Use::Input: stats_.input_bytes += bytes; break;
-    case Use::Weight: stats_.weight_bytes += bytes; break;
-  }
+  account(use, bytes);
   note_peak();
   return p;
 }
@@ -62,26 +67,13 @@ void MemoryPool::release(std::byte* data, int64_t bytes, Use use) {
   if (data == nullptr) return;
   aligned_delete(data, kAlign);
   stats_.current_bytes -= bytes;
-  switch (use) {
-    case Use::Pinned: stats_.pinned_bytes -= bytes; [[fallthrough]];
-    case Use::Kept: stats_.kept_bytes -= bytes; break;
-    case Use::Input: stats_.input_bytes -= bytes; break;
-    case Use::Weight: stats_.weight_bytes -= bytes; break;
-  }
+  account(use, -bytes);
 }
 
 void MemoryPool::move_use(int64_t bytes, Use from, Use to) {
   if (from == to) return;
-  auto bucket = [&](Use use, int64_t delta) {
-    switch (use) {
-      case Use::Pinned: stats_.pinned_bytes += delta; [[fallthrough]];
-      case Use::Kept: stats_.kept_bytes += delta; break;
-      case Use::Input: stats_.input_bytes += delta; break;
-      case Use::Weight: stats_.weight_bytes += delta; break;
-    }
-  };
-  bucket(from, -bytes);
-  bucket(to, bytes);
+  account(from, -bytes);
+  account(to, bytes);
 }
 
 std::byte* MemoryPool::arena(int64_t bytes) {
@@ -112,7 +104,7 @@ std::shared_ptr<const void> MemoryPool::hot_weight(const void* data, int64_t byt
     weight_chunks_.push_back(Chunk{chunk, size, 0});
     stats_.allocations += 1;
     stats_.current_bytes += size;
-    stats_.weight_bytes += size;
+    account(Use::Weight, size);
   }
   Chunk& chunk = weight_chunks_.back();
   std::byte* copy = chunk.data + chunk.used;

@@ -74,6 +74,7 @@ class MemoryPool {
   std::byte* allocate(int64_t bytes, Use use, const char* what);
   void release(std::byte* data, int64_t bytes, Use use);
   void move_use(int64_t bytes, Use from, Use to);
+  void account(Use use, int64_t delta);
   std::byte* arena(int64_t bytes);  // at least `bytes` of transient arena (grows, never shrinks)
   // The huge-page copy of a weight (made once per pool), or nullptr when not copied.
   std::shared_ptr<const void> hot_weight(const void* data, int64_t bytes);
