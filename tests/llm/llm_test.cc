@@ -30,10 +30,6 @@ std::vector<float> logits_row(GraphSession& s, int64_t row, int64_t vocab) {
   return s.read<float>("logits", Box{{row, row + 1}, {0, vocab}});
 }
 
-int32_t argmax(const std::vector<float>& v) {
-  return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
-}
-
 // Tolerance on logits. Our weights are dequantised to the same f32 values as transformers';
 // what differs is only floating-point evaluation order (f32 accumulation in blocked dot
 // products here, BLAS there) through 18-30 residual layers, which moves logits of magnitude

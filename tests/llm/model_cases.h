@@ -4,10 +4,13 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 namespace tessera::testing {
 
@@ -29,6 +32,11 @@ inline bool have(const ModelCase& m) {
   }
   MESSAGE("skipping: ", model_path(m), " missing (run scripts/fetch_models.sh)");
   return false;
+}
+
+// The greedy pick: the first index of the largest logit.
+inline int32_t argmax(const std::vector<float>& v) {
+  return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
 }
 
 }  // namespace tessera::testing

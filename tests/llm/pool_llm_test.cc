@@ -41,9 +41,7 @@ TEST_CASE("llm: both real models and a conv net share one pool and its budget, r
       const Box row{{t - 1, t}, {0, vocab}};
       std::vector<float> got = s->read<float>("logits", row);
       REQUIRE(got == r->read<float>("logits", row));
-      int32_t next = 0;
-      for (size_t v = 1; v < got.size(); ++v)
-        if (got[v] > got[static_cast<size_t>(next)]) next = static_cast<int32_t>(v);
+      const int32_t next = argmax(got);
       s->write("ids", Box{{t, t + 1}}, std::vector<int32_t>{next});
       r->write("ids", Box{{t, t + 1}}, std::vector<int32_t>{next});
     }
@@ -82,9 +80,7 @@ TEST_CASE("llm: both real models decode bit for bit the same with 1, 2 and 3 thr
         if (k == 0) first = row;
         else REQUIRE(row == first);
       }
-      int32_t next = 0;
-      for (size_t v = 1; v < first.size(); ++v)
-        if (first[v] > first[static_cast<size_t>(next)]) next = static_cast<int32_t>(v);
+      const int32_t next = argmax(first);
       for (auto& s : sessions) s->write("ids", Box{{t, t + 1}}, std::vector<int32_t>{next});
     }
   }
