@@ -103,7 +103,7 @@ void GraphSession::fold_constants_now(const Graph& graph, const FoldResult& fold
   for (NodeId id : fold.frontier) {
     const Node& n = graph.node(id);
     plan_read(graph, id, Box::full(n.shape), read_state(), scratch_, steps_);
-    Plan& plan = plan_for(id, steps_, nullptr);
+    Plan& plan = plan_for(id, steps_, false);
     try {
       execute(plan, steps_, false);
     } catch (...) {
@@ -420,6 +420,26 @@ void GraphSession::apply_kept(NodeId id, bool keep) {
   kept_[i] = keep ? 1 : 0;
 }
 
+// A state for planning without running: every kept (and, if asked, every transient) value valid
+// everywhere; fixed nodes valid as always.
+std::vector<Region> GraphSession::simulated_valid(bool transients_valid) const {
+  std::vector<Region> valid(static_cast<size_t>(graph_->size()));
+  for (NodeId id = 0; id < graph_->size(); ++id) {
+    const size_t i = static_cast<size_t>(id);
+    const Node& n = graph_->node(id);
+    valid[i] = fixed_[i] || kept_[i] || transients_valid ? Region::full(n.shape) : Region(n.rank());
+  }
+  return valid;
+}
+
+// What a write of `box` of `input` would invalidate, removed from a simulated state.
+void GraphSession::remove_dirt(std::vector<Region>& valid, NodeId input, const Box& box) const {
+  const std::vector<Region> dirty = propagate_dirt(*graph_, input, box);
+  for (NodeId k = input + 1; k < graph_->size(); ++k)
+    if (!dirty[static_cast<size_t>(k)].empty() && !fixed_[static_cast<size_t>(k)])
+      valid[static_cast<size_t>(k)].remove(dirty[static_cast<size_t>(k)]);
+}
+
 double GraphSession::hinted_reuse(NodeId node) const {
   return hint_reuse_.empty() ? 0.0 : hint_reuse_[static_cast<size_t>(exec_id(node))];
 }
@@ -454,13 +474,8 @@ void GraphSession::derive_hints() {
         write[d] = Interval(begin, begin + size);
       }
     }
-    const std::vector<Region> dirt = propagate_dirt(*graph_, in, write);
-    std::vector<Region> valid(static_cast<size_t>(graph_->size()));
-    for (NodeId id = 0; id < graph_->size(); ++id) {
-      valid[static_cast<size_t>(id)] = Region::full(graph_->node(id).shape);
-      if (!fixed_[static_cast<size_t>(id)] && !dirt[static_cast<size_t>(id)].empty())
-        valid[static_cast<size_t>(id)].remove(dirt[static_cast<size_t>(id)]);
-    }
+    std::vector<Region> valid = simulated_valid(/*transients_valid=*/true);
+    remove_dirt(valid, in, write);
     ReadScratch scratch;
     std::vector<Step> steps;
     std::vector<NeedEntry> needs;

@@ -236,7 +236,12 @@ class GraphSession {
   void release_buffers();
   NodeId exec_id(NodeId user_node) const;
   ReadState read_state() const;
-  Plan& plan_for(NodeId target, std::span<const Step> steps, const std::vector<Step>* dump_steps);
+  // The cached plan of the steps' pattern, compiled (and printed under TESSERA_DUMP=plan when
+  // `dump`) on a miss.
+  Plan& plan_for(NodeId target, std::span<const Step> steps, bool dump);
+  Plan& compile(PlanPattern pattern, bool dump);
+  std::vector<Region> simulated_valid(bool transients_valid) const;
+  void remove_dirt(std::vector<Region>& valid, NodeId input, const Box& box) const;
   void execute(const Plan& plan, std::span<const Step> steps, bool count);
   void reset_transients(std::span<const Step> steps);
   static std::unique_ptr<Backend> make_backend(const SessionOptions& options);

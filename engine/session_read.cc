@@ -38,7 +38,7 @@ void GraphSession::prepare(Plan& plan) {
   plan.prepared = std::move(*prepared);
 }
 
-Plan& GraphSession::plan_for(NodeId target, std::span<const Step> steps, const std::vector<Step>* dump_steps) {
+Plan& GraphSession::plan_for(NodeId target, std::span<const Step> steps, bool dump) {
   PlanPattern pattern = plan_pattern(*graph_, graph_hash_, backend_->name(), target, steps, kept_);
   if (Plan* plan = plans_.find(pattern)) {
     plans_.stats().hits += 1;
@@ -47,13 +47,18 @@ Plan& GraphSession::plan_for(NodeId target, std::span<const Step> steps, const s
     return *plan;
   }
   plans_.stats().misses += 1;
-  plans_.stats().compiled += 1;
   stats_.plan_cache_hit = false;
+  return compile(std::move(pattern), dump);
+}
+
+// Compiles, caches and prepares the plan of a pattern the cache does not hold.
+Plan& GraphSession::compile(PlanPattern pattern, bool dump) {
   std::unique_ptr<Plan> compiled = compile_plan(*graph_, std::move(pattern));
-  if (compiled == nullptr) throw Error("[plan] internal error: a read produced a malformed pattern");
+  if (compiled == nullptr) throw Error("[plan] internal error: the planner produced a malformed pattern");
+  plans_.stats().compiled += 1;
   Plan* plan = plans_.insert(std::move(compiled));
   prepare(*plan);
-  if (dump_steps != nullptr && dump_enabled("plan")) std::fprintf(stderr, "[plan] compiled %s", plan->describe(*graph_).c_str());
+  if (dump && dump_enabled("plan")) std::fprintf(stderr, "[plan] compiled %s", plan->describe(*graph_).c_str());
   return *plan;
 }
 
@@ -174,7 +179,7 @@ void GraphSession::read_checked(NodeId node, const Box& box, std::span<std::byte
     std::fprintf(stderr, "[plan] read %s %s: %zu steps\n%s", op_display_name(tn).c_str(), box.to_string().c_str(),
                  steps_.size(), last_plan().c_str());
   try {
-    Plan& plan = plan_for(target, steps_, &steps_);
+    Plan& plan = plan_for(target, steps_, true);
     plan.runs += 1;
     stats_.plan_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     execute(plan, steps_, true);
@@ -252,31 +257,20 @@ int GraphSession::compile_ahead(std::span<const ReadPattern> patterns) {
     const NodeId out = output_id(pattern.output);
     check_box(absl::StrCat("compile_ahead of '", pattern.output, "':"), graph_->node(out), pattern.read);
     // The steady state: kept values valid everywhere, transients empty, fixed nodes as they are.
-    std::vector<Region> valid(valid_.size());
-    for (NodeId id = 0; id < graph_->size(); ++id) {
-      const size_t i = static_cast<size_t>(id);
-      valid[i] = fixed_[i] || kept_[i] ? Region::full(graph_->node(id).shape) : Region(graph_->node(id).rank());
-    }
+    std::vector<Region> valid = simulated_valid(/*transients_valid=*/false);
     for (const auto& [name, box] : pattern.writes) {
       const NodeId in = graph_->find_input(name);
       if (in < 0) throw Error(absl::StrCat("[session] compile_ahead: unknown input '", name, "'"));
       check_box(absl::StrCat("compile_ahead write to '", name, "':"), graph_->node(in), box);
-      std::vector<Region> dirty = propagate_dirt(*graph_, in, box);
-      for (NodeId k = in + 1; k < graph_->size(); ++k)
-        if (!dirty[static_cast<size_t>(k)].empty() && !fixed_[static_cast<size_t>(k)])
-          valid[static_cast<size_t>(k)].remove(dirty[static_cast<size_t>(k)]);
+      remove_dirt(valid, in, box);
     }
     ReadScratch scratch;
     std::vector<Step> steps;
-    const NodeId target = out;
-    plan_read(*graph_, target, pattern.read, ReadState{valid, fixed_, options_.max_region_boxes}, scratch, steps);
+    plan_read(*graph_, out, pattern.read, ReadState{valid, fixed_, options_.max_region_boxes}, scratch, steps);
     if (steps.empty()) continue;
-    PlanPattern key = plan_pattern(*graph_, graph_hash_, backend_->name(), target, steps, kept_);
+    PlanPattern key = plan_pattern(*graph_, graph_hash_, backend_->name(), out, steps, kept_);
     if (plans_.find(key) != nullptr) continue;
-    std::unique_ptr<Plan> plan = compile_plan(*graph_, std::move(key));
-    if (plan == nullptr) throw Error("[plan] internal error: compile_ahead produced a malformed pattern");
-    prepare(*plans_.insert(std::move(plan)));  // ahead of time: warm reads compile nothing
-    plans_.stats().compiled += 1;
+    compile(std::move(key), false);  // ahead of time: warm reads compile nothing
     compiled += 1;
   }
   stats_.plans = plans_.stats();
