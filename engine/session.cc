@@ -152,7 +152,8 @@ void GraphSession::run_passes() {
     for (NodeId& id : to_exec_) id = next.to_new[static_cast<size_t>(id)];
     current = std::move(next.graph);
   };
-  if (options_.fuse) apply(fuse_patterns(user_, report));
+  if (options_.fuse)
+    if (std::optional<Rewritten> fused = fuse_patterns(user_, report)) apply(std::move(*fused));
 
   const FoldResult fold = fold_constants(source());
   std::vector<std::shared_ptr<const void>> folded(static_cast<size_t>(source().size()));
@@ -190,7 +191,7 @@ void GraphSession::run_passes() {
   if (options_.fuse) {
     std::vector<uint8_t> pinned(static_cast<size_t>(current->size()), 0);
     for (NodeId id : options_.keep_always) pinned[static_cast<size_t>(exec_id(id))] = 1;
-    apply(fuse_elementwise_chains(*current, report, pinned));
+    if (std::optional<Rewritten> fused = fuse_elementwise_chains(*current, report, pinned)) apply(std::move(*fused));
     if (dump) {
       std::fprintf(stderr, "[passes] fuse: %lld patterns, %lld elementwise chains (%lld nodes)\n",
                    static_cast<long long>(report.patterns), static_cast<long long>(report.chains),

@@ -11,6 +11,7 @@
 // readable; a node another reader still needs is never absorbed by (b).
 #pragma once
 
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -26,8 +27,10 @@ struct FuseReport {
   int64_t chain_nodes = 0;  // elementwise nodes absorbed into chains
 };
 
-Rewritten fuse_patterns(const Graph& graph, FuseReport& report);
+// Both return nullopt when they would replace nothing (the graph is then used as it is).
+std::optional<Rewritten> fuse_patterns(const Graph& graph, FuseReport& report);
 // `pinned[id]` (empty span: none) marks nodes that must keep a value of their own: never absorbed.
-Rewritten fuse_elementwise_chains(const Graph& graph, FuseReport& report, std::span<const uint8_t> pinned = {});
+std::optional<Rewritten> fuse_elementwise_chains(const Graph& graph, FuseReport& report,
+                                                 std::span<const uint8_t> pinned = {});
 
 }  // namespace tessera

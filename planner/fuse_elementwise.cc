@@ -30,7 +30,8 @@ bool fusable(const Graph& graph, const Node& node) {
 
 }  // namespace
 
-Rewritten fuse_elementwise_chains(const Graph& graph, FuseReport& report, std::span<const uint8_t> pinned) {
+std::optional<Rewritten> fuse_elementwise_chains(const Graph& graph, FuseReport& report,
+                                                 std::span<const uint8_t> pinned) {
   const size_t n = static_cast<size_t>(graph.size());
   // The single reader of each node (-1: none yet, -2: several or an output).
   std::vector<NodeId> reader(n, -1);
@@ -49,6 +50,8 @@ Rewritten fuse_elementwise_chains(const Graph& graph, FuseReport& report, std::s
     absorbed[static_cast<size_t>(id)] = is_fusable[static_cast<size_t>(id)] && r >= 0 && is_fusable[static_cast<size_t>(r)];
   }
 
+  // Every chain of two or more nodes has an absorbed member.
+  if (std::find(absorbed.begin(), absorbed.end(), 1) == absorbed.end()) return std::nullopt;
   return rebuild(graph, [&](NodeId root, Graph& out, absl::FunctionRef<Tensor(NodeId)> mapped) -> std::optional<Tensor> {
     if (!is_fusable[static_cast<size_t>(root)] || absorbed[static_cast<size_t>(root)]) return std::nullopt;
     // The chain: the root and every node absorbed into it, in topological order.

@@ -241,7 +241,7 @@ bool verified(const Graph& g, NodeId root, const Candidate& c, std::vector<NodeI
 
 }  // namespace
 
-Rewritten fuse_patterns(const Graph& graph, FuseReport& report) {
+std::optional<Rewritten> fuse_patterns(const Graph& graph, FuseReport& report) {
   const View v(graph);
   std::vector<std::optional<Candidate>> chosen(static_cast<size_t>(graph.size()));
   std::vector<uint8_t> covered(static_cast<size_t>(graph.size()), 0);
@@ -270,6 +270,8 @@ Rewritten fuse_patterns(const Graph& graph, FuseReport& report) {
       break;
     }
   }
+  if (std::none_of(chosen.begin(), chosen.end(), [](const std::optional<Candidate>& c) { return c.has_value(); }))
+    return std::nullopt;
   return rebuild(graph, [&](NodeId id, Graph& out, absl::FunctionRef<Tensor(NodeId)> mapped) -> std::optional<Tensor> {
     const std::optional<Candidate>& c = chosen[static_cast<size_t>(id)];
     if (!c) return std::nullopt;
