@@ -75,9 +75,12 @@ class Backend {
   // Chooses (or compiles) the kernel of every step of `plan` over `graph`, once per plan. The
   // result is read by run() only; Unimplemented (naming the op) when a step is not supported.
   virtual absl::StatusOr<std::unique_ptr<PreparedPlan>> prepare(const Graph& graph, const Plan& plan) = 0;
-  // Runs `launches` in order (each after the previous one's writes are visible). On error the
-  // outputs of all launches of the call are undefined; the status names the failing op.
-  virtual absl::Status run(const PreparedPlan& prepared, std::span<const StepLaunch> launches) = 0;
+  // Runs `launches` in order (each after the previous one's writes are visible). `scratch`:
+  // host memory of at least prepared.scratch_bytes (64-byte aligned) for the kernels' scratch.
+  // On error the outputs of all launches of the call are undefined; the status names the
+  // failing op.
+  virtual absl::Status run(const PreparedPlan& prepared, std::span<const StepLaunch> launches,
+                           std::span<std::byte> scratch) = 0;
   // Waits until every earlier copy and run is complete; returns the first asynchronous error.
   virtual absl::Status synchronize() = 0;
 
@@ -117,7 +120,7 @@ std::unique_ptr<Backend> make_reference_backend();
 // NUL-terminated message in `error` (at most error_size bytes); it never throws (a missing GPU
 // runtime is such an error). Libraries stay loaded until the process exits: the objects they
 // made may outlive any registry.
-#define TESSERA_BACKEND_ABI_VERSION 1u
+#define TESSERA_BACKEND_ABI_VERSION 2u
 #define TESSERA_BACKEND_PLUGIN_SYMBOL "tessera_backend_plugin"
 
 extern "C" {

@@ -32,7 +32,6 @@
 
 #include "engine/ops.h"
 #include "kernels/cpu/cpu_kernels.h"
-#include "kernels/cpu/thread_pool.h"
 #include "kernels/view.h"
 
 using namespace tessera;
@@ -209,8 +208,8 @@ void bench_attention(const char* model, int64_t hq, int64_t hkv, int64_t d, int6
 }
 
 void run_suite(const Options& options) {
-  std::printf("== %d thread(s), isa %s, %s pages, weights %s ==\n",
-              cpu::ThreadPool::global().size(), cpu::isa_name(cpu::detected_isa()),
+  std::printf("== 1 thread (kernels called directly), isa %s, %s pages, weights %s ==\n",
+              cpu::isa_name(cpu::detected_isa()),
               options.small_pages ? "small" : "huge",
               options.hot ? "cache-resident (--hot)" : "streamed from memory");
   if (options.cpu_time) std::printf("(times are process CPU time per call)\n");

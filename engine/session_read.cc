@@ -36,6 +36,11 @@ void GraphSession::prepare(Plan& plan) {
   absl::StatusOr<std::unique_ptr<PreparedPlan>> prepared = backend_->prepare(*graph_, plan);
   if (!prepared.ok()) throw Error(std::string(prepared.status().message()));
   plan.prepared = std::move(*prepared);
+  // The kernels' scratch follows the memory plan's blocks in the same arena.
+  if (plan.scratch_offset < 0) {
+    plan.scratch_offset = (plan.arena_bytes + 63) / 64 * 64;
+    plan.arena_bytes = plan.scratch_offset + plan.prepared->scratch_bytes;
+  }
 }
 
 Plan& GraphSession::plan_for(NodeId target, std::span<const Step> steps, bool dump) {
@@ -95,7 +100,10 @@ void GraphSession::execute(const Plan& plan, std::span<const Step> steps, bool c
                               values_[static_cast<size_t>(steps[i].node)].view, steps[i].compute.boxes()};
     next += n.inputs.size();
   }
-  absl::Status status = backend_->run(*plan.prepared, launches_);
+  std::span<std::byte> scratch;
+  if (plan.prepared->scratch_bytes > 0)
+    scratch = std::span<std::byte>(arena + plan.scratch_offset, static_cast<size_t>(plan.prepared->scratch_bytes));
+  absl::Status status = backend_->run(*plan.prepared, launches_, scratch);
   if (status.ok()) status = backend_->synchronize();
   // Steps before a failed one completed: their values are valid.
   const size_t done = status.ok() ? steps.size() : static_cast<size_t>(std::max(0, backend_->last_failed_step()));

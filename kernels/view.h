@@ -2,6 +2,8 @@
 // elements by global tensor coordinates; the view maps them into the buffer.
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -80,11 +82,41 @@ void kernel_inputs(const Graph& graph, const Node& node, std::span<const TensorV
 // to compute (inside out.extent). Kernels never allocate on success, never throw, and compute
 // each element in an order independent of `box`. Everything a kernel may read is here: no
 // kernel sees the Graph (so a backend can run kernels from a prepared plan alone).
+//
+// `scratch`: memory the kernel may use during the call (64-byte aligned, contents undefined),
+// at least kernel_scratch_bytes(graph, node, dense) bytes, where `dense` says whether every
+// view is dense row-major (session buffers always are). A backend takes it from the plan's
+// transient arena, one slice per worker; a kernel given too little returns an error.
 struct KernelArgs {
   KernelNode node;
   std::span<const KernelInput> inputs;
   const TensorView& out;
   const Box& box;
+  std::span<std::byte> scratch{};
+};
+
+// The scratch bytes one call of any kernel of `node` (reference or optimised, any instruction
+// set, any box) may need; `dense_views`: the input and output views are dense row-major.
+// Depends only on the node and its inputs' shapes (kernels/cpu/cpu_kernels.cc).
+int64_t kernel_scratch_bytes(const Graph& graph, const Node& node, bool dense_views);
+
+// Carves typed arrays out of a kernel's scratch span, 64-byte aligned; nullptr when it is
+// exhausted (the kernel then returns an error).
+class ScratchCarver {
+ public:
+  explicit ScratchCarver(std::span<std::byte> scratch) : scratch_(scratch) {}
+  template <class T>
+  T* take(int64_t count) {
+    const size_t bytes = (static_cast<size_t>(std::max<int64_t>(count, 0)) * sizeof(T) + 63) / 64 * 64;
+    if (bytes > scratch_.size() - used_) return nullptr;
+    T* p = reinterpret_cast<T*>(scratch_.data() + used_);
+    used_ += bytes;
+    return p;
+  }
+
+ private:
+  std::span<std::byte> scratch_;
+  size_t used_ = 0;
 };
 
 using KernelFn = absl::Status (*)(const KernelArgs& args);
@@ -95,7 +127,9 @@ class KernelCall {
  public:
   KernelCall(const Graph& graph, const Node& node, std::span<const TensorView> views, const TensorView& out,
              const Box& box)
-      : inputs_(make_inputs(graph, node, views)), args_{kernel_node(graph, node), inputs_, out, box} {}
+      : inputs_(make_inputs(graph, node, views)),
+        scratch_(static_cast<size_t>(kernel_scratch_bytes(graph, node, /*dense_views=*/false) + 64)),
+        args_{kernel_node(graph, node), inputs_, out, box, aligned(scratch_)} {}
   KernelCall(const KernelCall&) = delete;
   KernelCall& operator=(const KernelCall&) = delete;
   operator const KernelArgs&() const { return args_; }  // NOLINT(google-explicit-constructor)
@@ -106,7 +140,12 @@ class KernelCall {
     kernel_inputs(graph, node, views, inputs);
     return inputs;
   }
+  static std::span<std::byte> aligned(std::vector<std::byte>& v) {
+    const size_t skip = (64 - reinterpret_cast<uintptr_t>(v.data()) % 64) % 64;
+    return std::span<std::byte>(v.data() + skip, v.size() - skip);
+  }
   std::vector<KernelInput> inputs_;
+  std::vector<std::byte> scratch_;  // worst case (strided views), 64-byte aligned in aligned()
   KernelArgs args_;
 };
 

@@ -50,13 +50,19 @@ struct PlanStep {
 class PreparedPlan {
  public:
   virtual ~PreparedPlan() = default;
+  // Host scratch the backend's kernels need per run (all workers together), handed to
+  // Backend::run from the plan's transient arena (Plan::scratch_offset).
+  int64_t scratch_bytes = 0;
 };
 
 struct Plan {
   PlanPattern pattern;
   std::unique_ptr<PreparedPlan> prepared;  // nullptr until the backend prepared the plan
   std::vector<PlanStep> steps;
+  // Transient arena: the memory plan's blocks, then (from scratch_offset, once prepared) the
+  // kernels' scratch.
   int64_t arena_bytes = 0;
+  int64_t scratch_offset = -1;
   int64_t in_place_steps = 0;
   int64_t runs = 0;
   std::string describe(const Graph& graph) const;  // one line per step, for dumps

@@ -9,7 +9,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/op_def.h"
-#include "kernels/cpu/thread_pool.h"
 
 namespace tessera {
 
@@ -66,6 +65,8 @@ Box tile_of(const Box& box, int member, int members) {
 class HostPreparedPlan final : public PreparedPlan {
  public:
   std::vector<HostStep> steps;
+  int64_t member_scratch = 0;  // bytes per member (a multiple of 64)
+  int members = 1;             // team size the scratch was sized for
 };
 
 }  // namespace
@@ -141,6 +142,7 @@ absl::StatusOr<std::unique_ptr<PreparedPlan>> HostBackend::prepare(const Graph& 
                                                                    const Plan& plan) {
   auto prepared = std::make_unique<HostPreparedPlan>();
   prepared->steps.reserve(plan.steps.size());
+  prepared->members = threads_;
   for (const PlanStep& ps : plan.steps) {
     if (ps.node < 0 || ps.node >= graph.size())
       return absl::InvalidArgumentError("[backend] plan of another graph");
@@ -151,7 +153,11 @@ absl::StatusOr<std::unique_ptr<PreparedPlan>> HostBackend::prepare(const Graph& 
     if (step.kernel == nullptr)
       return absl::InternalError("[backend] supported op without a kernel");
     prepared->steps.push_back(step);
+    // Session views are dense row-major (the only views this backend is given by a plan).
+    prepared->member_scratch = std::max(prepared->member_scratch,
+                                        (kernel_scratch_bytes(graph, node, /*dense_views=*/true) + 63) / 64 * 64);
   }
+  prepared->scratch_bytes = prepared->member_scratch * prepared->members;
   return std::unique_ptr<PreparedPlan>(std::move(prepared));
 }
 
@@ -164,7 +170,7 @@ void HostBackend::set_threads(int threads) {
 
 // One launch, or member `member`'s tile of each of its boxes when members > 1.
 absl::Status HostBackend::run_launch(const PreparedPlan& prepared, const StepLaunch& launch, int member,
-                                     int members) const {
+                                     int members, std::span<std::byte> scratch) const {
   const HostStep& step = static_cast<const HostPreparedPlan&>(prepared).steps[static_cast<size_t>(launch.step)];
   KernelNode node(*step.node);
   node.constant_data = step.constant_data;
@@ -172,13 +178,14 @@ absl::Status HostBackend::run_launch(const PreparedPlan& prepared, const StepLau
     if (members > 1 && box.rank() == 0 && member != 0) continue;  // a scalar is one member's
     const Box tile = members > 1 ? tile_of(box, member, members) : box;
     if (tile.empty() && tile.rank() > 0) continue;
-    if (absl::Status status = step.kernel(KernelArgs{node, launch.inputs, launch.out, tile}); !status.ok())
+    if (absl::Status status = step.kernel(KernelArgs{node, launch.inputs, launch.out, tile, scratch}); !status.ok())
       return status;
   }
   return absl::OkStatus();
 }
 
-absl::Status HostBackend::run(const PreparedPlan& prepared, std::span<const StepLaunch> launches) {
+absl::Status HostBackend::run(const PreparedPlan& prepared, std::span<const StepLaunch> launches,
+                              std::span<std::byte> scratch) {
   const auto* plan = dynamic_cast<const HostPreparedPlan*>(&prepared);
   if (plan == nullptr)
     return absl::InvalidArgumentError("[backend] plan prepared by another backend");
@@ -186,18 +193,24 @@ absl::Status HostBackend::run(const PreparedPlan& prepared, std::span<const Step
     if (launch.step < 0 || static_cast<size_t>(launch.step) >= plan->steps.size())
       return absl::InvalidArgumentError(
           absl::StrCat("[backend] step ", launch.step, " not in the plan"));
+  if (plan->members != threads_)
+    return absl::InvalidArgumentError("[backend] plan prepared for another thread count");
+  if (static_cast<int64_t>(scratch.size()) < plan->scratch_bytes)
+    return absl::InvalidArgumentError(absl::StrCat("[backend] run given ", scratch.size(), " bytes of scratch, the plan needs ",
+                                                   plan->scratch_bytes));
   last_failed_step_ = -1;
-  // Kernels take their share from the team: their own parallel_for runs inline.
-  cpu::ThreadPool::InlineScope inline_scope;
+  auto slice = [&](int member) {
+    return scratch.subspan(static_cast<size_t>(plan->member_scratch * member), static_cast<size_t>(plan->member_scratch));
+  };
   if (threads_ == 1) {
     for (const StepLaunch& launch : launches)
-      if (absl::Status status = run_launch(prepared, launch, 0, 1); !status.ok()) {
+      if (absl::Status status = run_launch(prepared, launch, 0, 1, slice(0)); !status.ok()) {
         last_failed_step_ = launch.step;
         return status;
       }
     return absl::OkStatus();
   }
-  if (team_ == nullptr) team_ = std::make_unique<cpu::WorkerTeam>(threads_);
+  if (team_ == nullptr) team_ = cpu::WorkerTeam::shared(threads_);
   const int members = team_->size();
   split_.assign(launches.size(), 0);
   for (size_t j = 0; j < launches.size(); ++j) {
@@ -209,11 +222,10 @@ absl::Status HostBackend::run(const PreparedPlan& prepared, std::span<const Step
   std::mutex error_mutex;
   absl::Status first_error;
   team_->run([&](int member) {
-    cpu::ThreadPool::InlineScope member_scope;
     for (size_t j = 0; j < launches.size(); ++j) {
       if (j > 0 && (split_[j] || split_[j - 1])) team_->barrier();
       if ((!split_[j] && member != 0) || failed.load(std::memory_order_acquire) <= j) continue;
-      absl::Status status = run_launch(prepared, launches[j], member, split_[j] ? members : 1);
+      absl::Status status = run_launch(prepared, launches[j], member, split_[j] ? members : 1, slice(member));
       if (status.ok()) continue;
       std::lock_guard<std::mutex> lock(error_mutex);
       if (j < failed.load()) {

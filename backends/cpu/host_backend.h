@@ -32,9 +32,13 @@ class HostBackend : public Backend {
   // (kernels compute each element the same way whatever box they get, so the split never changes
   // a bit); lighter launches run whole on member 0. A barrier separates a split launch from its
   // neighbours; runs of whole launches need none. Returns the first kernel error unchanged and
-  // sets last_failed_step() (the caller knows the step, hence the op).
-  absl::Status run(const PreparedPlan& prepared, std::span<const StepLaunch> launches) override;
-  // Threads of the team (>= 1; default WorkerTeam::default_size()). CPU-only, like host_address.
+  // sets last_failed_step() (the caller knows the step, hence the op). Each member's kernels
+  // get their own slice of `scratch` (prepare sized it for the team).
+  absl::Status run(const PreparedPlan& prepared, std::span<const StepLaunch> launches,
+                   std::span<std::byte> scratch) override;
+  // Threads of the team (>= 1; default WorkerTeam::default_size()); plans prepared before a
+  // change are refused by run(). Teams are shared by every backend of the same size
+  // (WorkerTeam::shared). CPU-only, like host_address.
   void set_threads(int threads);
   int threads() const { return threads_; }
   absl::Status synchronize() override { return absl::OkStatus(); }
@@ -50,11 +54,12 @@ class HostBackend : public Backend {
   // Checks `box` and `region` against the buffer; the address of the region's first byte.
   absl::StatusOr<std::byte*> region_address(const BufferRegion& region, const Box& box) const;
 
-  absl::Status run_launch(const PreparedPlan& prepared, const StepLaunch& launch, int member, int members) const;
+  absl::Status run_launch(const PreparedPlan& prepared, const StepLaunch& launch, int member, int members,
+                          std::span<std::byte> scratch) const;
 
   absl::flat_hash_map<uint64_t, int64_t> buffers_;  // live buffers: id (the address) -> bytes
   int threads_ = cpu::WorkerTeam::default_size();
-  std::unique_ptr<cpu::WorkerTeam> team_;  // made on the first run with threads_ > 1
+  std::shared_ptr<cpu::WorkerTeam> team_;  // taken on the first run with threads_ > 1
   std::vector<uint8_t> split_;             // per launch of the current run
 };
 

@@ -29,6 +29,21 @@ int WorkerTeam::default_size() {
   return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 }
 
+std::shared_ptr<WorkerTeam> WorkerTeam::shared(int threads) {
+  static std::mutex mutex;
+  static std::vector<std::weak_ptr<WorkerTeam>> teams;  // by size - 1, grown on demand
+  threads = std::max(1, threads);
+  std::lock_guard<std::mutex> lock(mutex);
+  if (teams.size() < static_cast<size_t>(threads)) teams.resize(static_cast<size_t>(threads));
+  std::weak_ptr<WorkerTeam>& slot = teams[static_cast<size_t>(threads - 1)];
+  std::shared_ptr<WorkerTeam> team = slot.lock();
+  if (team == nullptr) {
+    team = std::make_shared<WorkerTeam>(threads);
+    slot = team;
+  }
+  return team;
+}
+
 WorkerTeam::WorkerTeam(int threads) : size_(std::max(1, threads)) {
   for (int m = 1; m < size_; ++m) threads_.emplace_back([this, m] { member_loop(m); });
 }
@@ -53,6 +68,7 @@ void WorkerTeam::run(const std::function<void(int)>& fn) {
     fn(0);
     return;
   }
+  std::lock_guard<std::mutex> lock(run_mutex_);
   job_ = &fn;
   running_.store(size_ - 1, std::memory_order_release);
   generation_.fetch_add(1, std::memory_order_acq_rel);

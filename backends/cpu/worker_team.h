@@ -11,6 +11,8 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -26,19 +28,23 @@ class WorkerTeam {
 
   int size() const { return size_; }
   // Runs fn(member) on every member and returns when all have returned. fn must not throw.
-  // One run at a time (the callers serialise: reads of sessions on one pool already are).
+  // One run at a time: concurrent callers (sessions on different pools sharing the team) wait.
   void run(const std::function<void(int)>& fn);
   // Inside fn, by every member: returns once all members have called it.
   void barrier();
 
   // The team size a session gets by default: TESSERA_THREADS, else the hardware's cores.
   static int default_size();
+  // The process's team of `threads` members, shared by every backend that asks for that size
+  // (so N sessions do not start N sets of threads); it lives while someone holds it.
+  static std::shared_ptr<WorkerTeam> shared(int threads);
 
  private:
   void member_loop(int member);
   static void wait_until_changed(const std::atomic<uint32_t>& word, uint32_t seen);
 
   int size_;
+  std::mutex run_mutex_;  // one run at a time
   std::vector<std::thread> threads_;
   const std::function<void(int)>* job_ = nullptr;
   std::atomic<uint32_t> generation_{0};  // bumped by run() to start the members

@@ -1,6 +1,6 @@
 // Optimised f32 attention (semantics at the definition block, engine/ops_attention.cc): causal
 // or not, sliding window, softcap, GQA. One query row (leading, t, head) at a time; rows are
-// spread over the thread pool.
+// run in order (the backend's team splits the box among its workers).
 //
 // Exactness (DESIGN.md section 1): a row's softmax depends only on the row: scores of its
 // visible keys in increasing key order (each a dot product with eight float lanes over D and a
@@ -10,8 +10,8 @@
 // columns the box holds, and keys are grouped (for ILP) only across independent dot products.
 // Reads stay inside the needed boxes: the row's visible keys, and only the box's V columns.
 //
-// Scratch: a thread_local buffer of floats, grown once to the longest row seen (scores, and
-// copies of K/V rows when a view is not contiguous along its last axis).
+// Scratch (the call's): the scores of the longest row, plus copies of the Q/K/V rows when a view
+// is not contiguous along its last axis (never for session buffers).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -21,13 +21,11 @@
 #include "kernels/cpu/box_rows.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/simd_avx2.h"
-#include "kernels/cpu/thread_pool.h"
 
 namespace tessera::cpu {
 
 namespace {
 
-constexpr int64_t kMinChunkWork = 1 << 15;  // multiply-adds per parallel chunk, at least
 
 // One query row's inputs, all contiguous along their last axis.
 struct AttentionRow {
@@ -194,6 +192,7 @@ using RowFn = void (*)(const AttentionRow&);
 
 struct AttentionJob {
   const KernelArgs* args = nullptr;
+  float* scratch = nullptr;  // scores (+ row copies when strided)
   const BoxRows* rows = nullptr;
   int rank = 0;
   int64_t dim = 0, keys = 0, group = 1, window = 0;
@@ -217,7 +216,7 @@ void run_rows(const AttentionJob& job, int64_t begin, int64_t end) {
   const int row = job.rank - 3, head = job.rank - 2, col = job.rank - 1;
   const int64_t j0 = args.box.begin(col), columns = args.box.extent(col);
   const bool contiguous = q.strides[col] == 1 && k.strides[col] == 1 && v.strides[col] == 1;
-  thread_local std::vector<float> scratch;
+  float* const scratch = job.scratch;
   int64_t index[kMaxRank];
   for (int64_t r = begin; r < end; ++r) {
     job.rows->index(r, index);
@@ -233,10 +232,7 @@ void run_rows(const AttentionJob& job, int64_t begin, int64_t end) {
     a.softcap = job.softcap;
     a.out = args.out.at<float>(index);
     a.out_step = args.out.strides[col];
-    const size_t need = static_cast<size_t>(
-        a.keys + 8 + (contiguous ? 0 : job.dim * (a.keys + 1) + columns * a.keys));
-    if (scratch.size() < need) scratch.resize(need);
-    a.scores = scratch.data();
+    a.scores = scratch;
     index[col] = 0;
     int64_t kv_index[kMaxRank];
     std::copy(index, index + job.rank, kv_index);
@@ -250,7 +246,7 @@ void run_rows(const AttentionJob& job, int64_t begin, int64_t end) {
       a.v = v.at<const float>(kv_index);
       a.v_stride = v.strides[row];
     } else {
-      float* q_copy = scratch.data() + a.keys + 8;
+      float* q_copy = scratch + a.keys + 8;
       float* k_copy = q_copy + job.dim;
       float* v_copy = k_copy + job.dim * a.keys;
       copy_rows(q, index, row, 1, job.dim, q_copy);
@@ -287,19 +283,29 @@ absl::Status attention_f32(const KernelArgs& args) {
   job.row_fn = kRow;
   const BoxRows rows(args.box);
   job.rows = &rows;
-  // Work of the longest row in the box bounds every row's.
+  // The longest row in the box bounds every row's scores (and copies).
   const int64_t longest =
       job.causal ? std::min(args.box.end(row), job.window > 0 ? job.window : job.keys) : job.keys;
-  const int64_t row_work = std::max<int64_t>(1, longest * (job.dim + args.box.extent(col)));
-  const std::function<void(int64_t, int64_t)> body = [&job](int64_t b, int64_t e) {
-    run_rows(job, b, e);
-  };
-  ThreadPool::global().parallel_for(rows.count(), std::max<int64_t>(1, kMinChunkWork / row_work),
-                                    body);
+  const bool contiguous = args.inputs[0].strides[col] == 1 && args.inputs[1].strides[col] == 1 &&
+                          args.inputs[2].strides[col] == 1;
+  job.scratch = ScratchCarver(args.scratch)
+                    .take<float>(longest + 8 + (contiguous ? 0 : job.dim * (longest + 1) + args.box.extent(col) * longest));
+  if (job.scratch == nullptr) return absl::InternalError("[attention] kernel scratch too small");
+  run_rows(job, 0, rows.count());
   return absl::OkStatus();
 }
 
 }  // namespace
+
+int64_t attention_scratch_bytes(const Graph& graph, const Node& node, bool dense_views) {
+  if (node.inputs.size() < 3) return 0;
+  const Shape& q = graph.node(node.inputs[0]).shape;
+  const Shape& k = graph.node(node.inputs[1]).shape;
+  const Shape& v = graph.node(node.inputs[2]).shape;
+  if (q.size() < 3 || k.size() < 3 || v.size() < 3) return 0;
+  const int64_t keys = k[k.size() - 3], dim = q.back(), columns = v.back();
+  return scratch_take_bytes<float>(keys + 8 + (dense_views ? 0 : dim * (keys + 1) + columns * keys));
+}
 
 KernelFn attention_kernel(const Graph& graph, const Node& node, Isa isa) {
   for (NodeId in : node.inputs)

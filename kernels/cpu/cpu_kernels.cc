@@ -83,3 +83,23 @@ KernelFn optimised_kernel(const Graph& graph, const Node& node) {
 }
 
 }  // namespace tessera::cpu
+
+namespace tessera {
+
+// Reference kernels use none; the optimised kernels' bounds hold for every instruction set.
+int64_t kernel_scratch_bytes(const Graph& graph, const Node& node, bool dense_views) {
+  switch (node.kind) {
+    case OpKind::Linear:
+      return cpu::linear_scratch_bytes(graph, node, dense_views);
+    case OpKind::Attention:
+      return cpu::attention_scratch_bytes(graph, node, dense_views);
+    case OpKind::RmsNorm:
+      return cpu::rms_norm_scratch_bytes(graph, node, dense_views);
+    case OpKind::Rope:
+      return cpu::rope_scratch_bytes(graph, node, dense_views);
+    default:
+      return 0;
+  }
+}
+
+}  // namespace tessera

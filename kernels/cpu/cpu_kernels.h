@@ -40,4 +40,16 @@ KernelFn rope_kernel(const Graph& graph, const Node& node, Isa isa);       // no
 KernelFn reshape_kernel(const Graph& graph, const Node& node, Isa isa);    // copy.cc
 KernelFn gather_kernel(const Graph& graph, const Node& node, Isa isa);     // copy.cc
 
+// Scratch bounds of the kernels that use scratch (see kernel_scratch_bytes in kernels/view.h).
+int64_t linear_scratch_bytes(const Graph& graph, const Node& node, bool dense_views);     // linear.cc
+int64_t attention_scratch_bytes(const Graph& graph, const Node& node, bool dense_views);  // attention.cc
+int64_t rms_norm_scratch_bytes(const Graph& graph, const Node& node, bool dense_views);   // norm_rope.cc
+int64_t rope_scratch_bytes(const Graph& graph, const Node& node, bool dense_views);       // norm_rope.cc
+
+// Bytes ScratchCarver::take<T>(count) uses.
+template <class T>
+constexpr int64_t scratch_take_bytes(int64_t count) {
+  return (count * static_cast<int64_t>(sizeof(T)) + 63) / 64 * 64;
+}
+
 }  // namespace tessera::cpu

@@ -15,7 +15,6 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/elementwise_internal.h"
 #include "kernels/cpu/simd_avx2.h"
-#include "kernels/cpu/thread_pool.h"
 
 namespace tessera::cpu {
 
@@ -262,7 +261,7 @@ absl::Status unary_f32(const KernelArgs& args) {
   }
   const int last = args.node.rank() - 1;
   const int64_t width = args.box.extent(last);
-  for_rows_parallel(args.box, [&](const int64_t* index) {
+  for_rows(args.box, [&](const int64_t* index) {
     const RowOperand x{args.inputs[0].at<const float>(index), args.inputs[0].strides[last]};
     float* y = args.out.at<float>(index);
     const int64_t y_step = args.out.strides[last];
@@ -288,7 +287,7 @@ absl::Status binary_f32(const KernelArgs& args) {
   }
   const int last = args.node.rank() - 1;
   const int64_t width = args.box.extent(last);
-  for_rows_parallel(args.box, [&](const int64_t* index) {
+  for_rows(args.box, [&](const int64_t* index) {
     const RowOperand a = operand_row(args, 0, index), b = operand_row(args, 1, index);
     float* y = args.out.at<float>(index);
     const int64_t y_step = args.out.strides[last];

@@ -10,13 +10,11 @@
 #include "engine/ops.h"
 #include "kernels/cpu/box_rows.h"
 #include "kernels/cpu/simd_avx2.h"
-#include "kernels/cpu/thread_pool.h"
 #include "kernels/view.h"
 
 namespace tessera::cpu::elementwise {
 
 constexpr int64_t kChunk = 256;             // elements staged at a time for strided rows
-constexpr int64_t kMinChunkWork = 1 << 14;  // elements per parallel chunk, at least
 
 // Functions with an optimised form (the others run the reference kernel).
 bool unary_covered(UnaryFn fn);
@@ -71,24 +69,17 @@ inline RowOperand operand_row(const KernelArgs& args, int input, const int64_t* 
   return op;
 }
 
-// Calls row_fn(index) for every row of `box` (index: its first element), split across the
-// thread pool in chunks of at least kMinChunkWork / cost elements (cost: work per element, in
-// units of one unary / binary op).
+// Calls row_fn(index) for every row of `box` (index: its first element), in order (the
+// backend's team splits boxes among its workers; kernels run on one thread).
 template <class RowFn>
-void for_rows_parallel(const Box& box, RowFn&& row_fn, int64_t cost = 1) {
+void for_rows(const Box& box, RowFn&& row_fn) {
   if (box.empty()) return;
   const BoxRows rows(box);
-  const int64_t width = std::max<int64_t>(1, box.extent(box.rank() - 1));
-  const std::function<void(int64_t, int64_t)> body = [&rows, &row_fn](int64_t b, int64_t e) {
-    int64_t index[kMaxRank];
-    for (int64_t r = b; r < e; ++r) {
-      rows.index(r, index);
-      row_fn(static_cast<const int64_t*>(index));
-    }
-  };
-  ThreadPool::global().parallel_for(
-      rows.count(), std::max<int64_t>(1, kMinChunkWork / (width * std::max<int64_t>(1, cost))),
-      body);
+  int64_t index[kMaxRank];
+  for (int64_t r = 0; r < rows.count(); ++r) {
+    rows.index(r, index);
+    row_fn(static_cast<const int64_t*>(index));
+  }
 }
 
 }  // namespace tessera::cpu::elementwise

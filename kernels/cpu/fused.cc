@@ -81,7 +81,7 @@ absl::Status fused_f32(const KernelArgs& args) {
   }
   const int last = args.node.rank() - 1;
   const int64_t width = args.box.extent(last);
-  elementwise::for_rows_parallel(
+  elementwise::for_rows(
       args.box,
       [&](const int64_t* index) {
         RowOperand operands[kMaxInputs];
@@ -89,8 +89,7 @@ absl::Status fused_f32(const KernelArgs& args) {
           operands[k] = elementwise::operand_row(args, static_cast<int>(k), index);
         run_row<kUnary, kBinary>(program, operands, n_inputs, args.out.at<float>(index),
                                  args.out.strides[last], width);
-      },
-      static_cast<int64_t>(program.size()));
+      });
   return absl::OkStatus();
 }
 

@@ -7,13 +7,13 @@
 // acc = fma(x[k..k+L), w[n][k..k+L), acc) for k = 0, L, 2L, ... in increasing order (a partial
 // last vector is zero-padded), then one fixed horizontal reduction (avx2::hsum, avx512::hsum). A
 // decoded weight block is a pure function of its bytes (quant_avx2.h, quant_avx512.h). Work is split into tiles of up to 4 rows x a few columns,
-// and items of 16 columns x 4 rows are spread over the thread pool; a tile only decides which
-// elements share a decoded block, K is never split, so neither the box nor the thread count can
-// change a value. The portable path keeps the same structure with scalar lanes (multiply then add);
+// and items of 16 columns x 4 rows run in order (the backend's team splits the box among its
+// workers); a tile only decides which elements share a decoded block, K is never split, so
+// neither the box nor the thread count can change a value. The portable path keeps the same structure with scalar lanes (multiply then add);
 // the instruction set is fixed per process.
 //
 // Scratch: when x is not contiguous along K (never the case for session buffers) its rows are
-// copied into a thread_local buffer that grows once to 4 * K floats.
+// copied into 4 * K floats of the call's scratch.
 #include <algorithm>
 #include <cstring>
 #include <functional>
@@ -23,7 +23,6 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/quant_avx2.h"
 #include "kernels/cpu/quant_avx512.h"
-#include "kernels/cpu/thread_pool.h"
 #include "kernels/quant.h"
 
 namespace tessera::cpu {
@@ -32,7 +31,6 @@ namespace {
 
 constexpr int64_t kTileRows = 4;           // x rows sharing each decoded weight block
 constexpr int64_t kItemCols = 16;          // output columns per work item
-constexpr int64_t kMinItemWork = 1 << 16;  // multiply-adds per parallel chunk, at least
 
 // The geometry of one call, shared (read-only) by the work items.
 struct LinearJob {
@@ -82,10 +80,7 @@ void store_tile(const LinearJob& job, int64_t r0, int64_t rows, int64_t n0, int6
 
 // Item i covers row tile i % row_tiles of column group i / row_tiles, so consecutive items
 // reuse the same weight rows from cache.
-void run_items(const LinearJob& job, TileFn tile, int64_t begin, int64_t end) {
-  thread_local std::vector<float> scratch;
-  if (!job.x_contiguous && scratch.size() < static_cast<size_t>(kTileRows * job.depth))
-    scratch.resize(static_cast<size_t>(kTileRows * job.depth));
+void run_items(const LinearJob& job, TileFn tile, float* scratch, int64_t begin, int64_t end) {
   const float* x[kTileRows];
   Results results;
   for (int64_t item = begin; item < end; ++item) {
@@ -93,7 +88,7 @@ void run_items(const LinearJob& job, TileFn tile, int64_t begin, int64_t end) {
     const int64_t rows = std::min(kTileRows, job.rows->count() - r0);
     const int64_t n0 = job.n_begin + (item / job.row_tiles) * kItemCols;
     const int64_t cols = std::min(kItemCols, job.n_end - n0);
-    for (int64_t r = 0; r < rows; ++r) x[r] = x_row(job, r0 + r, scratch.data() + r * job.depth);
+    for (int64_t r = 0; r < rows; ++r) x[r] = x_row(job, r0 + r, job.x_contiguous ? nullptr : scratch + r * job.depth);
     tile(job, x, rows, n0, cols, results);
     store_tile(job, r0, rows, n0, cols, results);
   }
@@ -118,13 +113,12 @@ absl::Status linear_f32(const KernelArgs& args) {
   job.row_tiles = (rows.count() + kTileRows - 1) / kTileRows;
   job.col_items = (job.n_end - job.n_begin + kItemCols - 1) / kItemCols;
   job.x_contiguous = args.inputs[0].strides[job.last] == 1 || job.depth <= 1;
-  const int64_t item_work =
-      std::max<int64_t>(1, std::min(kTileRows, rows.count()) * kItemCols * job.depth);
-  const std::function<void(int64_t, int64_t)> body = [&job](int64_t b, int64_t e) {
-    run_items(job, kTile, b, e);
-  };
-  ThreadPool::global().parallel_for(job.row_tiles * job.col_items,
-                                    std::max<int64_t>(1, kMinItemWork / item_work), body);
+  float* scratch = nullptr;
+  if (!job.x_contiguous) {
+    scratch = ScratchCarver(args.scratch).take<float>(kTileRows * job.depth);
+    if (scratch == nullptr) return absl::InternalError("[linear] kernel scratch too small for a strided x");
+  }
+  run_items(job, kTile, scratch, 0, job.row_tiles * job.col_items);
   return absl::OkStatus();
 }
 
@@ -339,6 +333,12 @@ TESSERA_AVX512_END
 #endif  // TESSERA_HAVE_AVX2_PATHS
 
 }  // namespace
+
+int64_t linear_scratch_bytes(const Graph& graph, const Node& node, bool dense_views) {
+  if (dense_views || node.inputs.size() < 2) return 0;
+  const Shape& w = graph.node(node.inputs[1]).shape;
+  return w.size() == 2 ? scratch_take_bytes<float>(kTileRows * w[1]) : 0;
+}
 
 KernelFn linear_kernel(const Graph& graph, const Node& node, Isa isa) {
   const Node& x = graph.node(node.inputs[0]);

@@ -11,8 +11,8 @@
 //   IEEE float multiplies and adds: the same bits on every path (one implementation for all
 //   instruction sets).
 //
-// Scratch: rope keeps thread_local cos/sin tables grown once to n_rot / 2 entries; rms_norm
-// copies a row into a thread_local buffer only when x is not contiguous along its last axis.
+// Scratch (the call's): rope's cos/sin table of n_rot / 2 pairs (recomputed when the row's
+// position changes); rms_norm copies a row only when x is not contiguous along its last axis.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -21,27 +21,21 @@
 #include "kernels/cpu/box_rows.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/simd_avx2.h"
-#include "kernels/cpu/thread_pool.h"
 
 namespace tessera::cpu {
 
 namespace {
 
-constexpr int64_t kMinChunkWork = 1 << 14;  // elements per parallel chunk, at least
-
+// Calls row_fn(index) for every row of `box` (index: its first element), in order.
 template <class RowFn>
-void for_rows_parallel(const Box& box, int64_t row_work, RowFn&& row_fn) {
+void for_rows(const Box& box, RowFn&& row_fn) {
   if (box.empty()) return;
   const BoxRows rows(box);
-  const std::function<void(int64_t, int64_t)> body = [&rows, &row_fn](int64_t b, int64_t e) {
-    int64_t index[kMaxRank];
-    for (int64_t r = b; r < e; ++r) {
-      rows.index(r, index);
-      row_fn(index);
-    }
-  };
-  ThreadPool::global().parallel_for(
-      rows.count(), std::max<int64_t>(1, kMinChunkWork / std::max<int64_t>(1, row_work)), body);
+  int64_t index[kMaxRank];
+  for (int64_t r = 0; r < rows.count(); ++r) {
+    rows.index(r, index);
+    row_fn(index);
+  }
 }
 
 // ---- rms_norm ---------------------------------------------------------------------------------
@@ -81,15 +75,18 @@ absl::Status rms_norm_f32(const KernelArgs& args) {
   const TensorView& x = args.inputs[0];
   const bool has_weight = args.inputs.size() > 1;
   const int64_t j0 = args.box.begin(last), columns = args.box.extent(last);
-  for_rows_parallel(args.box, width + columns, [&](int64_t* index) {
-    thread_local std::vector<float> scratch;
+  float* scratch = nullptr;
+  if (x.strides[last] != 1) {
+    scratch = ScratchCarver(args.scratch).take<float>(width);
+    if (scratch == nullptr) return absl::InternalError("[rms_norm] kernel scratch too small for a strided x");
+  }
+  for_rows(args.box, [&](int64_t* index) {
     index[last] = 0;
     const float* row = x.at<const float>(index);
     const int64_t step = x.strides[last];
     if (step != 1) {
-      if (scratch.size() < static_cast<size_t>(width)) scratch.resize(static_cast<size_t>(width));
-      for (int64_t k = 0; k < width; ++k) scratch[static_cast<size_t>(k)] = row[k * step];
-      row = scratch.data();
+      for (int64_t k = 0; k < width; ++k) scratch[k] = row[k * step];
+      row = scratch;
     }
     const double mean = static_cast<double>(kSquares(row, width)) / static_cast<double>(width);
     const float scale = static_cast<float>(1.0 / std::sqrt(mean + eps));
@@ -117,31 +114,29 @@ int64_t load_position(const TensorView& positions, int64_t t) {
   return static_cast<const int64_t*>(positions.data)[o];
 }
 
+// cos and sin of every pair at one position, in scratch memory; recomputed when the position
+// changes (rows of one t, all heads, share it). A pure function of (n_rot, base, scale, pos).
 struct RopeTable {
-  int64_t n_rot = -1, position = 0;
+  int64_t n_rot = 0, position = -1;
   double base = 0, freq_scale = 0;
-  std::vector<double> inverse;  // base^(-2i / n_rot)
-  std::vector<float> cos_sin;   // cos, sin of pair i at 2i, 2i + 1
+  double* inverse = nullptr;  // base^(-2i / n_rot)
+  float* cos_sin = nullptr;   // cos, sin of pair i at 2i, 2i + 1
+  bool filled = false;
 
-  void update(int64_t rot, double b, double scale, int64_t pos) {
-    const int64_t half = rot / 2;
-    if (rot != n_rot || b != base || scale != freq_scale) {
-      inverse.resize(static_cast<size_t>(half));
-      cos_sin.resize(static_cast<size_t>(rot));
+  void update(int64_t pos) {
+    const int64_t half = n_rot / 2;
+    if (!filled) {
       for (int64_t i = 0; i < half; ++i)
-        inverse[static_cast<size_t>(i)] =
-            std::pow(b, -2.0 * static_cast<double>(i) / static_cast<double>(rot));
-      n_rot = rot;
-      base = b;
-      freq_scale = scale;
+        inverse[i] = std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
     } else if (pos == position) {
       return;
     }
     for (int64_t i = 0; i < half; ++i) {
-      const double theta = static_cast<double>(pos) * freq_scale * inverse[static_cast<size_t>(i)];
-      cos_sin[static_cast<size_t>(2 * i)] = static_cast<float>(std::cos(theta));
-      cos_sin[static_cast<size_t>(2 * i + 1)] = static_cast<float>(std::sin(theta));
+      const double theta = static_cast<double>(pos) * freq_scale * inverse[i];
+      cos_sin[2 * i] = static_cast<float>(std::cos(theta));
+      cos_sin[2 * i + 1] = static_cast<float>(std::sin(theta));
     }
+    filled = true;
     position = pos;
   }
 };
@@ -155,13 +150,20 @@ absl::Status rope_f32(const KernelArgs& args) {
   const TensorView& x = args.inputs[0];
   const int64_t j0 = args.box.begin(last), columns = args.box.extent(last);
   const bool rotates = j0 < n_rot;  // pass-through columns never read the positions
-  for_rows_parallel(args.box, 4 * columns, [&](int64_t* index) {
-    // cos and sin of every pair at this row's position; rows of one t (all heads) share them.
-    // The table is a pure function of its key, so reusing it across calls is safe.
-    thread_local RopeTable table;
-    if (rotates)
-      table.update(n_rot, base, freq_scale, load_position(args.inputs[1], index[rank - 3]));
-    const std::vector<float>& cos_sin = table.cos_sin;
+  RopeTable table;
+  if (rotates) {
+    ScratchCarver carver(args.scratch);
+    table.n_rot = n_rot;
+    table.base = base;
+    table.freq_scale = freq_scale;
+    table.inverse = carver.take<double>(half);
+    table.cos_sin = carver.take<float>(2 * half);
+    if (table.inverse == nullptr || table.cos_sin == nullptr)
+      return absl::InternalError("[rope] kernel scratch too small");
+  }
+  for_rows(args.box, [&](int64_t* index) {
+    if (rotates) table.update(load_position(args.inputs[1], index[rank - 3]));
+    const float* cos_sin = table.cos_sin;
     index[last] = 0;
     const float* in = x.at<const float>(index);
     const int64_t in_step = x.strides[last];
@@ -176,8 +178,7 @@ absl::Status rope_f32(const KernelArgs& args) {
         const bool first = split ? j < half : j % 2 == 0;
         const int64_t pair = split ? (first ? j : j - half) : j / 2;
         const int64_t partner = split ? (first ? j + half : j - half) : (first ? j + 1 : j - 1);
-        const float c = cos_sin[static_cast<size_t>(2 * pair)],
-                    s = cos_sin[static_cast<size_t>(2 * pair + 1)];
+        const float c = cos_sin[2 * pair], s = cos_sin[2 * pair + 1];
         const float self = in[j * in_step], other = in[partner * in_step];
         value = first ? self * c - other * s : other * s + self * c;
       }
@@ -198,6 +199,15 @@ KernelFn rms_norm_kernel(const Graph& graph, const Node& node, Isa isa) {
 #endif
   (void)isa;
   return rms_norm_f32<sum_squares_portable>;
+}
+
+int64_t rms_norm_scratch_bytes(const Graph&, const Node& node, bool dense_views) {
+  return dense_views || node.rank() < 1 ? 0 : scratch_take_bytes<float>(node.shape.back());
+}
+
+int64_t rope_scratch_bytes(const Graph&, const Node& node, bool) {
+  const int64_t half = node.attrs_as<RopeAttrs>().n_rot / 2;
+  return scratch_take_bytes<double>(half) + scratch_take_bytes<float>(2 * half);
 }
 
 KernelFn rope_kernel(const Graph&, const Node& node, Isa) {

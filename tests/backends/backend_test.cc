@@ -134,11 +134,11 @@ TEST_CASE("backends: bogus plugin files are reported, not fatal") {
   BackendRegistry registry(std::vector<std::string>{dir.path.string()});
   struct Case {
     const char* name;
-    const char* why;
+    std::string why;
   };
   for (const Case& c : {Case{"empty", "dlopen failed"}, Case{"bogus", "dlopen failed"},
                         Case{"nosymbol", "no entry point 'tessera_backend_plugin'"},
-                        Case{"oldabi", "plugin ABI version 57005, this build needs 1"},
+                        Case{"oldabi", "plugin ABI version 57005, this build needs " + std::to_string(TESSERA_BACKEND_ABI_VERSION)},
                         Case{"renamed", "the library is backend 'test', not 'renamed'"}}) {
     CAPTURE(c.name);
     absl::StatusOr<std::unique_ptr<Backend>> backend = registry.create(c.name);
