@@ -6,9 +6,13 @@
 // - Threading: one instance is used by one thread at a time (a session is single-threaded);
 //   distinct instances are independent. A backend may run work on its own threads or queues;
 //   run() may return before the work is done, synchronize() waits for it.
-// - Memory: buffers are opaque handles, not pointers (device memory need not be addressable by
-//   the host). Host-memory backends (host_addressable() true) also accept host pointers in the
-//   views given to run(); a session only drives such backends so far (see session.h).
+// - Memory: buffers are handles, not host pointers (device memory need not be addressable by
+//   the host). A handle's id is the buffer's base address in the backend's own address space
+//   (a host address for host backends, a device address for CUDA; a plugin whose API has no
+//   addresses, such as OpenCL or Vulkan, gives each buffer a range of a virtual space). The
+//   views given to run() carry such addresses: base + byte offset. Host-memory backends
+//   (host_addressable() true) also accept any host pointer. Copies and runs on one backend
+//   take effect in call order.
 // - Ownership: the caller owns what allocate() returns until it calls free(); the PreparedPlan
 //   from prepare() is owned by the caller (a session stores it with its Plan) and must be
 //   destroyed before the backend. Views and buffers passed to run() must stay alive until
@@ -69,7 +73,9 @@ class Backend {
   virtual void free(BufferHandle buffer) = 0;
   // Copies `box` (inside region.extent) between dense row-major host memory holding exactly
   // that box and the buffer region. InvalidArgument for a box outside the extent, an unknown
-  // buffer or a region past the buffer's end. May be asynchronous until synchronize().
+  // buffer or a region past the buffer's end. copy_in has read `host` when it returns (the
+  // device may receive the data later, before any later run); copy_out returns once `host`
+  // holds the data (it waits for earlier runs).
   virtual absl::Status copy_in(const BufferRegion& region, const Box& box, const void* host) = 0;
   virtual absl::Status copy_out(const BufferRegion& region, const Box& box, void* host) = 0;
   // Chooses (or compiles) the kernel of every step of `plan` over `graph`, once per plan. The

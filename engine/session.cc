@@ -8,6 +8,7 @@
 #include <new>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "engine/op_def.h"
 #include "engine/session_internal.h"
 #include "planner/fold.h"
@@ -33,10 +34,12 @@ std::shared_ptr<MemoryPool> pool_for(const SessionOptions& options) {
 
 GraphSession::GraphSession(const Graph& graph, SessionOptions options)
     : pool_(pool_for(options)), user_(graph), node_count_(graph.size()), options_(options),
-      backend_(make_backend(options)) {
+      backend_(make_backend(options, /*fallback=*/false)) {
   if (options_.max_region_boxes < 1 || options_.max_valid_boxes < 1)
     throw Error(absl::StrCat("[session] max_region_boxes (", options_.max_region_boxes, ") and max_valid_boxes (",
                              options_.max_valid_boxes, ") must be at least 1"));
+  // A device backend always has its host fallback (folding runs there).
+  if (!backend_->host_addressable()) fallback_ = make_backend(options_, /*fallback=*/true);
   stats_.elements_per_node.assign(static_cast<size_t>(node_count_), 0);
   stats_.kernels_per_node.assign(static_cast<size_t>(node_count_), 0);
   PoolLock lock(pool_->mutex_);
@@ -53,6 +56,7 @@ GraphSession::GraphSession(const Graph& graph, SessionOptions options)
 GraphSession::~GraphSession() {
   PoolLock lock(pool_->mutex_);
   release_buffers();
+  backend_->free(device_arena_);
   std::erase(pool_->sessions_, this);
 }
 
@@ -65,6 +69,7 @@ void GraphSession::release_buffers() {
 void GraphSession::reset_state() {
   const size_t n = static_cast<size_t>(graph_->size());
   release_buffers();
+  place_nodes();
   values_ = std::vector<Value>(n);
   valid_.assign(n, Region());
   kept_.assign(n, 1);
@@ -221,6 +226,11 @@ void GraphSession::run_passes() {
   if (dump)
     std::fprintf(stderr, "[passes] cse: %lld nodes merged; execution graph has %d nodes\n",
                  static_cast<long long>(stats_.merged_nodes), exec_->size());
+  // Never silent: which ops run on the fallback backend.
+  if (const std::vector<std::string> ops = fallback_ops(); !ops.empty())
+    std::fprintf(stderr, "[session] backend %s lacks %s: those nodes run on %s%s\n", std::string(backend_->name()).c_str(),
+                 absl::StrJoin(ops, ", ").c_str(), std::string(fallback_->name()).c_str(),
+                 backend_->host_addressable() ? "" : ", with explicit copies between host and device memory");
 }
 
 ReadState GraphSession::read_state() const {
@@ -312,6 +322,7 @@ void GraphSession::ensure_buffer(NodeId id, const Box& extent) {
 }
 
 void GraphSession::drop(NodeId id) {
+  drop_device(id);
   Value& v = values_[static_cast<size_t>(id)];
   pool_->release(v.buffer, v.bytes, v.use);
   v.buffer = nullptr;
@@ -341,6 +352,7 @@ void GraphSession::write(std::string_view input, const Box& box, std::span<const
                              " needs ", expected));
   if (box.empty()) return;
   copy_box_to_view(values_[static_cast<size_t>(id)].view, box, data.data());
+  invalidate_mirror(id, Region(box));
   const int64_t sequence = ++write_sequence_;
   if (write_log_.size() == kWriteLogSize) write_log_.erase(write_log_.begin());
   write_log_.push_back({sequence, absl::StrCat("write #", sequence, " to '", std::string(input), "' ", box.to_string())});
@@ -352,6 +364,7 @@ void GraphSession::write(std::string_view input, const Box& box, std::span<const
     if (!valid.empty() && valid.intersects(d.bounding_box())) {
       const int64_t before = valid.volume();
       valid.remove(d);
+      invalidate_mirror(k, d);
       invalidated_[static_cast<size_t>(k)] += before - valid.volume();
       valid.shrink_to(options_.max_valid_boxes);
       dirtied_by_[static_cast<size_t>(k)] = sequence;

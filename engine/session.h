@@ -60,8 +60,14 @@ struct SessionOptions {
   BackendKind backend = BackendKind::Cpu;
   // When not empty, the backend of this name (backends/registry.h: "cpu", "reference" or a
   // plugin on TESSERA_BACKEND_PATH) instead of `backend`. An absent backend is an Error listing
-  // what was tried; an op it does not support is an Error at the first read that needs it.
+  // what was tried.
   std::string backend_name;
+  // The host backend that runs the nodes the backend above does not support (and, for a
+  // device backend, folds constants): those steps run there, with explicit copies of the boxes
+  // they exchange with device memory. Reported, never silent: stderr says once which ops fall
+  // back, SessionStats counts the steps and copies, explain() names the backend of each node.
+  // Empty: no fallback; an unsupported op is an Error at the first read that needs it.
+  std::string fallback_backend = "cpu";
   // Bytes of computed node values kept between reads; -1 keeps everything. Nodes that do not
   // fit are recomputed when needed (inputs and constants never count). Only for a session with
   // its own pool: with `pool` set, the pool's budget applies to all its sessions.
@@ -106,6 +112,11 @@ struct SessionStats {
   int64_t fused_patterns = 0;  // user-written composites replaced by the composite op
   int64_t fused_chains = 0;    // elementwise chains replaced by one fused_elementwise node
   int64_t arena_bytes = 0;   // transient arena held now (grows to the largest plan, then stays)
+  // Of the last read: steps run on the fallback backend, and explicit copies between host and
+  // device memory (boxes and bytes; zero unless the session's backend is a device).
+  int64_t fallback_steps = 0;
+  int64_t copies = 0;
+  int64_t copy_bytes = 0;
 };
 
 // A read pattern for compile_ahead: writes of boxes of inputs, then a read of a box of an
@@ -125,6 +136,7 @@ struct Explanation {
     Region compute;        // need \ valid: what it would compute
     int64_t valid_elements;  // of `want`, already valid
     std::string why;       // why `compute` is not valid: never computed, not kept, which write dirtied it
+    std::string backend;   // the backend that computes it, when the session has two (else empty)
   };
   std::vector<Entry> entries;  // in topological order, every node the read needs
   int64_t elements = 0;        // total elements it would compute
@@ -201,9 +213,13 @@ class GraphSession {
   // The cache policy's expected reuse of a node from the hints (0 without hints), in elements.
   double hinted_reuse(NodeId node) const;
   std::string_view backend_name() const { return backend_->name(); }
+  // The nodes of the execution graph the session's backend does not support, which run on the
+  // fallback backend (empty when there is none or nothing falls back): "op (N nodes)" each.
+  std::vector<std::string> fallback_ops() const;
 
  private:
   struct Value;
+  struct Mirror;
   friend class MemoryPool;
   struct KeepCandidate {
     GraphSession* session;
@@ -244,8 +260,18 @@ class GraphSession {
   void remove_dirt(std::vector<Region>& valid, NodeId input, const Box& box) const;
   void execute(const Plan& plan, std::span<const Step> steps, bool count);
   void reset_transients(std::span<const Step> steps);
-  static std::unique_ptr<Backend> make_backend(const SessionOptions& options);
-  void prepare(Plan& plan);  // the backend's prepared form, once per plan
+  static std::unique_ptr<Backend> make_backend(const SessionOptions& options, bool fallback);
+  void prepare(Plan& plan);  // the backends' prepared forms, once per plan
+  // Device placement (engine/session_device.cc).
+  void place_nodes();
+  bool on_device(NodeId id) const { return on_device_[static_cast<size_t>(id)] != 0; }
+  Backend& backend_of(NodeId id) const { return on_fallback_[static_cast<size_t>(id)] ? *fallback_ : *backend_; }
+  void device_view(NodeId id, const Plan& plan, const PlanStep& ps, const Box& extent);
+  const TensorView& input_view(const Step& step, int input, bool device_step);
+  void copy_to_host(NodeId id, const Box& box, void* dense);
+  void invalidate_mirror(NodeId id, const Region& dirt);
+  void drop_device(NodeId id);
+  absl::Status run_segment(const Plan& plan, size_t begin, size_t end, std::span<std::byte> scratch, size_t& failed);
 
   std::shared_ptr<MemoryPool> pool_;  // first: every buffer below is returned to it
   const Graph& user_;
@@ -258,6 +284,13 @@ class GraphSession {
   std::vector<NodeId> to_user_;    // per exec node: the first user node it stands for, or -1
   SessionOptions options_;
   std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Backend> fallback_;  // host backend for what backend_ lacks (nullptr: none)
+  std::vector<uint8_t> on_fallback_;   // per node of graph_: its steps run on fallback_
+  std::vector<uint8_t> on_device_;     // per node: its value lives in backend_'s device memory
+  std::vector<Mirror> mirrors_;        // per node (device sessions only): the other side's copy
+  BufferHandle device_arena_;          // transients of device steps, at the plan's offsets
+  int64_t device_arena_bytes_ = 0;
+  std::vector<std::byte> staging_;     // dense boxes on their way between host and device
   std::vector<Value> values_;
   std::vector<Region> valid_;   // per node: where its stored values are current
   std::vector<uint8_t> kept_;   // per node: 1 when the cache policy keeps it

@@ -18,6 +18,22 @@ struct GraphSession::Value {
   int64_t bytes = 0;  // size of buffer
 };
 
+// A device session's per-node device state (engine/session_device.cc). For a node whose value
+// lives in device memory: where (`home`: its own buffer when kept, the device arena when
+// transient) and a host copy for host steps and reads. For a node whose value lives on the
+// host (inputs, constants, fallback steps' outputs): a device copy for device steps. A copy is
+// full-shape, filled box by box as steps need it; `valid` is always inside the node's valid
+// region (writes and evictions shrink both).
+struct GraphSession::Mirror {
+  BufferRegion home;
+  BufferHandle own;             // home buffer of a kept device value
+  BufferHandle device;          // device copy of a host value
+  std::byte* host = nullptr;    // host copy of a device value (from the pool)
+  int64_t host_bytes = 0;
+  TensorView view;              // the copy, as steps on its side see it
+  Region valid;
+};
+
 using PoolLock = std::lock_guard<std::recursive_mutex>;
 
 }  // namespace tessera

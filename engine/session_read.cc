@@ -14,33 +14,57 @@
 
 namespace tessera {
 
-std::unique_ptr<Backend> GraphSession::make_backend(const SessionOptions& options) {
-  const std::string name = !options.backend_name.empty()         ? options.backend_name
+std::unique_ptr<Backend> GraphSession::make_backend(const SessionOptions& options, bool fallback) {
+  const std::string name = fallback                                ? options.fallback_backend
+                           : !options.backend_name.empty()         ? options.backend_name
                            : options.backend == BackendKind::Cpu ? "cpu"
                                                                  : "reference";
   absl::StatusOr<std::unique_ptr<Backend>> backend = BackendRegistry().create(name);
   if (!backend.ok()) throw Error(std::string(backend.status().message()));
-  // Sessions allocate host memory and pass host views (a device backend needs copies: not yet).
-  if (!(*backend)->host_addressable())
+  if (fallback && !(*backend)->host_addressable())
+    throw Error(absl::StrCat("[session] fallback backend ", name, " computes in device memory; it must be a host backend"));
+  if (!fallback && !(*backend)->host_addressable() && options.fallback_backend.empty())
     throw Error(absl::StrCat("[session] backend ", name,
-                             " computes in device memory; sessions run host backends only"));
+                             " computes in device memory and needs a host fallback backend (to fold constants "
+                             "and run the ops it lacks); set SessionOptions::fallback_backend"));
   if (options.threads < 0) throw Error(absl::StrCat("[session] threads must be >= 0, got ", options.threads));
   if (auto* host = dynamic_cast<HostBackend*>(backend->get()); host != nullptr && options.threads > 0)
     host->set_threads(options.threads);
   return std::move(*backend);
 }
 
-// Kernels are chosen (or compiled) once per plan; the prepared form lives with the plan.
+// Kernels are chosen (or compiled) once per plan; the prepared forms live with the plan: one
+// per backend, each over its own steps.
 void GraphSession::prepare(Plan& plan) {
   if (plan.prepared != nullptr) return;
-  absl::StatusOr<std::unique_ptr<PreparedPlan>> prepared = backend_->prepare(*graph_, plan);
-  if (!prepared.ok()) throw Error(std::string(prepared.status().message()));
-  plan.prepared = std::move(*prepared);
-  // The kernels' scratch follows the memory plan's blocks in the same arena.
-  if (plan.scratch_offset < 0) {
-    plan.scratch_offset = (plan.arena_bytes + 63) / 64 * 64;
-    plan.arena_bytes = plan.scratch_offset + plan.prepared->scratch_bytes;
+  const size_t n = plan.steps.size();
+  plan.on_fallback.assign(n, 0);
+  plan.backend_step.assign(n, 0);
+  Plan own, other;  // the steps of each backend
+  for (size_t i = 0; i < n; ++i) {
+    const bool fallback = on_fallback_[static_cast<size_t>(plan.steps[i].node)] != 0;
+    Plan& sub = fallback ? other : own;
+    plan.on_fallback[i] = fallback;
+    plan.backend_step[i] = static_cast<int32_t>(sub.steps.size());
+    sub.steps.push_back(plan.steps[i]);
   }
+  absl::StatusOr<std::unique_ptr<PreparedPlan>> prepared = backend_->prepare(*graph_, own);
+  if (!prepared.ok()) throw Error(std::string(prepared.status().message()));
+  std::unique_ptr<PreparedPlan> fallback_prepared;
+  if (!other.steps.empty()) {
+    absl::StatusOr<std::unique_ptr<PreparedPlan>> p = fallback_->prepare(*graph_, other);
+    if (!p.ok()) throw Error(std::string(p.status().message()));
+    fallback_prepared = std::move(*p);
+  }
+  // The kernels' scratch follows the memory plan's blocks in the same arena (the two backends
+  // never run at once, so they share it).
+  if (plan.scratch_offset < 0) {
+    const int64_t scratch = std::max((*prepared)->scratch_bytes, fallback_prepared ? fallback_prepared->scratch_bytes : 0);
+    plan.scratch_offset = (plan.arena_bytes + 63) / 64 * 64;
+    plan.arena_bytes = plan.scratch_offset + scratch;
+  }
+  plan.prepared = std::move(*prepared);
+  plan.fallback_prepared = std::move(fallback_prepared);
 }
 
 Plan& GraphSession::plan_for(NodeId target, std::span<const Step> steps, bool dump) {
@@ -68,45 +92,54 @@ Plan& GraphSession::compile(PlanPattern pattern, bool dump) {
 }
 
 // Runs the plan's kernels over the steps' boxes. Transient outputs live in the arena at the
-// plan's offsets; kept outputs in their own full-size buffers. On failure the failed step's
-// output is not marked valid, the transients are reset by the caller, and Error is thrown.
+// plan's offsets (the device arena for device steps); kept outputs in their own full-size
+// buffers. Consecutive steps on one backend run in one backend call (one parallel region on
+// the CPU); inputs from the other side are copied first (input_view). On failure the failed
+// step's output is not marked valid, the transients are reset by the caller, and Error is thrown.
 void GraphSession::execute(const Plan& plan, std::span<const Step> steps, bool count) {
   if (plan.prepared == nullptr)
     throw Error("[plan] internal error: running a plan the backend did not prepare");
   std::byte* arena = pool_->arena(plan.arena_bytes);
   stats_.arena_bytes = std::max(stats_.arena_bytes, plan.arena_bytes);
-  // Every step's output view first (kept buffers, arena offsets), then every step's inputs, so
-  // that the whole plan runs in one backend call (one parallel region on the CPU).
+  std::span<std::byte> scratch;
+  if (plan.arena_bytes > plan.scratch_offset)
+    scratch = std::span<std::byte>(arena + plan.scratch_offset, static_cast<size_t>(plan.arena_bytes - plan.scratch_offset));
+  // Every step's output view first (kept buffers, arena offsets), then every step's inputs.
   size_t total_inputs = 0;
   for (size_t i = 0; i < steps.size(); ++i) {
     const Step& step = steps[i];
     const PlanStep& ps = plan.steps[i];  // the arena placement; the kernel is in plan.prepared
     const Node& n = graph_->node(step.node);
     Value& v = values_[static_cast<size_t>(step.node)];
-    if (ps.arena_offset < 0) ensure_buffer(step.node, Box::full(n.shape));
+    if (on_device(step.node)) device_view(step.node, plan, ps, step.compute.bounding_box());
+    else if (ps.arena_offset < 0) ensure_buffer(step.node, Box::full(n.shape));
     else v.view = dense_view(arena + ps.arena_offset, n.dtype, step.compute.bounding_box());
     total_inputs += n.inputs.size();
   }
   input_views_.resize(total_inputs);
   launches_.resize(steps.size());
-  size_t next = 0;
-  for (size_t i = 0; i < steps.size(); ++i) {
+  size_t next = 0, begin = 0, failed = steps.size();
+  absl::Status status;
+  for (size_t i = 0; i < steps.size() && status.ok(); ++i) {
+    // A change of backend: the previous segment completes before this one reads its outputs.
+    if (i > begin && plan.on_fallback[i] != plan.on_fallback[i - 1]) {
+      status = run_segment(plan, begin, i, scratch, failed);
+      if (!status.ok()) break;
+      begin = i;
+    }
     const Node& n = graph_->node(steps[i].node);
+    const bool device_step = on_device(steps[i].node);
     for (size_t k = 0; k < n.inputs.size(); ++k) {
-      static_cast<TensorView&>(input_views_[next + k]) = values_[static_cast<size_t>(n.inputs[k])].view;
+      static_cast<TensorView&>(input_views_[next + k]) = input_view(steps[i], static_cast<int>(k), device_step);
       input_views_[next + k].shape = graph_->node(n.inputs[k]).shape;
     }
-    launches_[i] = StepLaunch{static_cast<int32_t>(i), std::span<const KernelInput>(input_views_.data() + next, n.inputs.size()),
+    launches_[i] = StepLaunch{plan.backend_step[i], std::span<const KernelInput>(input_views_.data() + next, n.inputs.size()),
                               values_[static_cast<size_t>(steps[i].node)].view, steps[i].compute.boxes()};
     next += n.inputs.size();
   }
-  std::span<std::byte> scratch;
-  if (plan.prepared->scratch_bytes > 0)
-    scratch = std::span<std::byte>(arena + plan.scratch_offset, static_cast<size_t>(plan.prepared->scratch_bytes));
-  absl::Status status = backend_->run(*plan.prepared, launches_, scratch);
-  if (status.ok()) status = backend_->synchronize();
+  if (status.ok() && !steps.empty()) status = run_segment(plan, begin, steps.size(), scratch, failed);
   // Steps before a failed one completed: their values are valid.
-  const size_t done = status.ok() ? steps.size() : static_cast<size_t>(std::max(0, backend_->last_failed_step()));
+  const size_t done = status.ok() ? steps.size() : failed;
   for (size_t i = 0; i < done; ++i) {
     const Step& step = steps[i];
     for (const Box& b : step.compute.boxes()) {
@@ -127,6 +160,10 @@ void GraphSession::execute(const Plan& plan, std::span<const Step> steps, bool c
     Region& valid = valid_[static_cast<size_t>(step.node)];
     valid.add(step.compute);
     valid.shrink_to(options_.max_valid_boxes);
+    if (!mirrors_.empty() && !mirrors_[static_cast<size_t>(step.node)].valid.empty()) {
+      Region& copy = mirrors_[static_cast<size_t>(step.node)].valid;
+      copy = copy.intersect(valid);
+    }
   }
   if (!status.ok()) {
     const std::string where = done < steps.size() ? op_display_name(graph_->node(steps[done].node))
@@ -141,6 +178,7 @@ void GraphSession::reset_transients(std::span<const Step> steps) {
     if (!kept_[static_cast<size_t>(step.node)]) {
       valid_[static_cast<size_t>(step.node)].clear();
       values_[static_cast<size_t>(step.node)].view = TensorView{};
+      if (!mirrors_.empty()) mirrors_[static_cast<size_t>(step.node)].valid.clear();
     }
 }
 
@@ -164,6 +202,7 @@ void GraphSession::read_checked(NodeId node, const Box& box, std::span<std::byte
   }
   counted_.clear();
   stats_.elements_computed = stats_.kernels_run = stats_.steps = 0;
+  stats_.fallback_steps = stats_.copies = stats_.copy_bytes = 0;
   stats_.plan_cache_hit = false;
   stats_.plan_seconds = 0;
   stats_.reads += 1;
@@ -176,7 +215,8 @@ void GraphSession::read_checked(NodeId node, const Box& box, std::span<std::byte
   // Everything valid already: no planning at all.
   if (valid_[static_cast<size_t>(target)].contains(box)) {
     reused_[static_cast<size_t>(target)] += box.volume();
-    copy_box_from_view(result.view, box, out.data());
+    if (on_device(target)) copy_to_host(target, box, out.data());
+    else copy_box_from_view(result.view, box, out.data());
     stats_.reads_without_work += 1;
     stats_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return;
@@ -196,7 +236,13 @@ void GraphSession::read_checked(NodeId node, const Box& box, std::span<std::byte
     stats_.plans = plans_.stats();
     throw;
   }
-  copy_box_from_view(result.view, box, out.data());
+  try {
+    if (on_device(target)) copy_to_host(target, box, out.data());
+    else copy_box_from_view(result.view, box, out.data());
+  } catch (...) {
+    reset_transients(steps_);
+    throw;
+  }
   reset_transients(steps_);
   stats_.plans = plans_.stats();
   stats_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -227,10 +273,11 @@ Explanation GraphSession::explain(std::string_view output, const Box& box) const
   plan_read(*graph_, id, box, read_state(), scratch, steps, nullptr, &needs);
   for (const NeedEntry& e : needs) {
     Explanation::Entry entry{e.node, op_display_name(graph_->node(e.node)), e.want, e.compute,
-                             e.want.volume() - e.compute.volume(), ""};
+                             e.want.volume() - e.compute.volume(), "", ""};
     const size_t i = static_cast<size_t>(e.node);
     const NodeId user = to_user_[i];
     const OpKind user_kind = user >= 0 ? user_.node(user).kind : OpKind::Constant;
+    if (!fixed_[i] && fallback_ != nullptr) entry.backend = std::string(backend_of(e.node).name());
     if (fixed_[i])
       entry.why = user_kind == OpKind::Input ? "input" : user_kind == OpKind::Constant ? "constant" : "folded at creation";
     else if (e.compute.empty()) entry.why = "valid";
@@ -252,7 +299,8 @@ std::string Explanation::to_string() const {
   for (const Entry& e : entries)
     absl::StrAppend(&out, "  %", e.node, " ", e.op, " want ", e.want.to_string(), ": ",
                     e.compute.empty() ? std::string("nothing to compute") : absl::StrCat("compute ", e.compute.to_string()),
-                    ", ", e.valid_elements, " valid; ", e.why, "\n");
+                    ", ", e.valid_elements, " valid; ", e.why, e.backend.empty() ? "" : absl::StrCat(" [", e.backend, "]"),
+                    "\n");
   return out;
 }
 

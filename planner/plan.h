@@ -63,6 +63,12 @@ struct Plan {
   // kernels' scratch.
   int64_t arena_bytes = 0;
   int64_t scratch_offset = -1;
+  // Placement, filled when a session prepares the plan: per step, whether it runs on the
+  // session's fallback backend (else on its backend), and its index among the steps its backend
+  // prepared (`prepared` holds the backend's steps, `fallback_prepared` the fallback's).
+  std::vector<uint8_t> on_fallback;
+  std::vector<int32_t> backend_step;
+  std::unique_ptr<PreparedPlan> fallback_prepared;
   int64_t in_place_steps = 0;
   int64_t runs = 0;
   std::string describe(const Graph& graph) const;  // one line per step, for dumps
