@@ -58,6 +58,15 @@ struct StepLaunch {
   std::span<const Box> boxes;
 };
 
+// What a backend did so far (cumulative): kernels compiled, loaded from a disk cache or reused
+// from memory by prepare(), and launches run. Host backends compile nothing.
+struct BackendStats {
+  int64_t kernels_compiled = 0;
+  int64_t kernels_loaded = 0;
+  int64_t kernels_reused = 0;
+  int64_t launches = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -95,10 +104,15 @@ class Backend {
   // After run() failed: the `step` of the launch that failed (launches before it in the span
   // completed; none after it did). -1 after a successful run.
   int32_t last_failed_step() const { return last_failed_step_; }
+  const BackendStats& stats() const { return stats_; }
+  // The device, in words ("opencl: <device> (<driver>)"); the name for host backends.
+  std::string description() const { return description_.empty() ? std::string(name()) : description_; }
 
  protected:
   explicit Backend(bool host_addressable) : host_addressable_(host_addressable) {}
   int32_t last_failed_step_ = -1;
+  BackendStats stats_;
+  std::string description_;
 
  private:
   bool host_addressable_;
@@ -126,7 +140,7 @@ std::unique_ptr<Backend> make_reference_backend();
 // NUL-terminated message in `error` (at most error_size bytes); it never throws (a missing GPU
 // runtime is such an error). Libraries stay loaded until the process exits: the objects they
 // made may outlive any registry.
-#define TESSERA_BACKEND_ABI_VERSION 2u
+#define TESSERA_BACKEND_ABI_VERSION 3u
 #define TESSERA_BACKEND_PLUGIN_SYMBOL "tessera_backend_plugin"
 
 extern "C" {

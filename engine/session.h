@@ -213,6 +213,10 @@ class GraphSession {
   // The cache policy's expected reuse of a node from the hints (0 without hints), in elements.
   double hinted_reuse(NodeId node) const;
   std::string_view backend_name() const { return backend_->name(); }
+  // The session's backend and, when it has one, its fallback (nullptr otherwise): for their
+  // stats and descriptions.
+  const Backend& backend() const { return *backend_; }
+  const Backend* fallback() const { return fallback_.get(); }
   // The nodes of the execution graph the session's backend does not support, which run on the
   // fallback backend (empty when there is none or nothing falls back): "op (N nodes)" each.
   std::vector<std::string> fallback_ops() const;

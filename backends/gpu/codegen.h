@@ -1,0 +1,64 @@
+// Kernel source generation for GPU backends (OpenCL C now; the layout is shared by the CUDA and
+// Vulkan plugins to come). Independent of any GPU runtime, so it is built and tested everywhere.
+//
+// Every generated kernel computes the elements of one output box, one work item per element
+// (elementwise, matmul, linear) or per row along an axis (softmax, rms_norm), with the same
+// operations in the same order whatever the box: a sub-box is bitwise equal to the same elements
+// of a full computation on the same device. Sizes, box offsets and strides are kernel arguments,
+// so one compiled kernel serves every box, bucket and view of its op (the source depends only on
+// the op, its attributes, its dtypes and the output rank).
+//
+// Kernel arguments, in order (the host side fills them with GpuLaunchLayout):
+//   out (global float*), long out_base, long8 out_strides,
+//   long8 begin, long8 extent, long items (work items: elements or rows of the box),
+//   per input k: in_k (global const float*), long in_k_base, long8 in_k_strides, long in_k_red
+// Strides are per OUTPUT axis (zero where an input is broadcast or does not vary with that
+// axis); `red` is the input's stride along the reduction of matmul / linear (K). Bases are
+// element offsets such that element index i of the output reads base + sum_d i[d] * strides[d].
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "engine/graph.h"
+#include "kernels/view.h"
+
+namespace tessera::gpu {
+
+enum class KernelShape : uint8_t {
+  Elements,  // one work item per output element of the box
+  Rows,      // one work item per row along `axis` (the whole row is read, the box's part written)
+};
+
+struct GeneratedKernel {
+  std::string name;    // the kernel function's name in `source`
+  std::string source;  // OpenCL C 1.2
+  KernelShape shape = KernelShape::Elements;
+  int axis = -1;       // Rows: the output axis of a row
+  int rank = 0;        // output rank (1..8)
+  int64_t depth = 0;   // the `depth` argument: K of matmul / linear, the row length of Rows
+};
+
+// The kernel of `node`, or Unimplemented naming what is missing (the session then runs the node
+// on its host fallback). Supported: f32 unary, binary (arithmetic), fused_elementwise, matmul,
+// linear with f32 weights, softmax / log_softmax, rms_norm.
+absl::StatusOr<GeneratedKernel> generate_opencl(const Graph& graph, const Node& node);
+
+// One input's addressing for a launch (see the argument list above).
+struct InputLayout {
+  int64_t base = 0;
+  std::array<int64_t, 8> strides{};
+  int64_t red = 0;
+};
+
+// How input `input` of `node` is addressed through `view` (whose data pointer is already
+// translated to an element offset `element_offset` into its buffer).
+InputLayout input_layout(const Node& node, int input, const KernelInput& view, int64_t element_offset, int out_rank);
+// The output's base and strides for an output view at `element_offset` of its buffer.
+InputLayout output_layout(const TensorView& view, int64_t element_offset);
+// Work items of a launch over `box` for a kernel of this shape.
+int64_t work_items(const GeneratedKernel& kernel, const Box& box);
+
+}  // namespace tessera::gpu
