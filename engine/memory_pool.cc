@@ -32,6 +32,7 @@ void aligned_delete(std::byte* p, size_t align) { ::operator delete[](p, std::al
 MemoryPool::MemoryPool(MemoryPoolOptions options) : options_(options) {}
 
 MemoryPool::~MemoryPool() {
+  release_devices();
   if (arena_ != nullptr) aligned_delete(arena_, kAlign);
   weights_.clear();
   for (const Chunk& c : weight_chunks_) aligned_delete(c.data, kHugePage);

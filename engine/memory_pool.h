@@ -15,6 +15,9 @@
 //   and shared by every session on the pool that uses the same weight; other constants stay
 //   where they are (memory-mapped files).
 // - Every buffer the pool hands out is counted: a warm decode step allocates nothing.
+// - Backends are the pool's: sessions on one pool asking for the same backend (name and thread
+//   count) share one instance, so a device's constants are uploaded once and shared by every
+//   session on the pool that runs on that device (engine/memory_pool_device.cc).
 //
 // Thread-safe: any number of threads may use sessions on one pool; their operations run one at
 // a time (a session's public calls hold the pool's lock).
@@ -27,6 +30,9 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
+#include "absl/status/statusor.h"
+#include "backends/backend.h"
 
 namespace tessera {
 
@@ -43,6 +49,7 @@ struct PoolStats {
   int64_t evictions = 0;        // kept values dropped by the policy (any session)
   int64_t allocations = 0;      // buffers allocated so far (counted for "no allocation once warm")
   int64_t sessions = 0;
+  int64_t device_weight_bytes = 0;  // constants uploaded to device backends (once per device)
 };
 
 struct MemoryPoolOptions {
@@ -81,6 +88,12 @@ class MemoryPool {
   void note_peak();
   // Global keep decision over every session (see the header comment).
   void rank();
+  // The pool's backend of this key, made by `make` on first use.
+  std::shared_ptr<Backend> backend(const std::string& key, absl::FunctionRef<std::unique_ptr<Backend>()> make);
+  // The device copy of a constant on `backend` (one of the pool's), uploaded on first use: the
+  // whole constant, dense, as a one-dimensional region. `uploaded` gets the bytes copied now.
+  absl::StatusOr<BufferHandle> device_constant(Backend& backend, const void* data, int64_t bytes, int64_t& uploaded);
+  void release_devices();
 
   MemoryPoolOptions options_;
   mutable std::recursive_mutex mutex_;  // recursive: releasing a folded constant may happen under it
@@ -96,6 +109,8 @@ class MemoryPool {
     int64_t used;
   };
   std::vector<Chunk> weight_chunks_;
+  absl::flat_hash_map<std::string, std::shared_ptr<Backend>> backends_;
+  absl::flat_hash_map<std::pair<const Backend*, const void*>, BufferHandle> device_constants_;
 };
 
 }  // namespace tessera

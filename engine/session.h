@@ -264,7 +264,8 @@ class GraphSession {
   void remove_dirt(std::vector<Region>& valid, NodeId input, const Box& box) const;
   void execute(const Plan& plan, std::span<const Step> steps, bool count);
   void reset_transients(std::span<const Step> steps);
-  static std::unique_ptr<Backend> make_backend(const SessionOptions& options, bool fallback);
+  // The pool's backend for the options (shared by the pool's sessions with the same choice).
+  std::shared_ptr<Backend> make_backend(const SessionOptions& options, bool fallback);
   void prepare(Plan& plan);  // the backends' prepared forms, once per plan
   // Device placement (engine/session_device.cc).
   void place_nodes();
@@ -287,8 +288,8 @@ class GraphSession {
   std::vector<NodeId> to_exec_;    // per user node
   std::vector<NodeId> to_user_;    // per exec node: the first user node it stands for, or -1
   SessionOptions options_;
-  std::unique_ptr<Backend> backend_;
-  std::unique_ptr<Backend> fallback_;  // host backend for what backend_ lacks (nullptr: none)
+  std::shared_ptr<Backend> backend_;   // the pool's (see MemoryPool::backend)
+  std::shared_ptr<Backend> fallback_;  // host backend for what backend_ lacks (nullptr: none)
   std::vector<uint8_t> on_fallback_;   // per node of graph_: its steps run on fallback_
   std::vector<uint8_t> on_device_;     // per node: its value lives in backend_'s device memory
   std::vector<Mirror> mirrors_;        // per node (device sessions only): the other side's copy

@@ -95,6 +95,19 @@ const TensorView& GraphSession::input_view(const Step& step, int input, bool dev
     need.add(boxes[static_cast<size_t>(input)]);
   }
   Mirror& m = mirrors_[i];
+  if (device_step && x.kind == OpKind::Constant && !m.device) {
+    // Constants cross once per device: the pool's copy, shared by its sessions.
+    int64_t uploaded = 0;
+    absl::StatusOr<BufferHandle> buffer =
+        pool_->device_constant(*backend_, graph_->constant_data(x.constant).data, x.size_bytes(), uploaded);
+    if (!buffer.ok()) throw Error(absl::StrCat("[session] device copy of ", op_display_name(x), ": ", buffer.status().message()));
+    m.device = *buffer;
+    m.shared = true;
+    m.view = dense_view(reinterpret_cast<void*>(m.device.id), x.dtype, Box::full(x.shape));
+    m.valid = Region::full(x.shape);
+    stats_.copies += uploaded > 0;
+    stats_.copy_bytes += uploaded;
+  }
   const Region missing = need.subtract(m.valid);
   if (!missing.empty()) {
     const Box full = Box::full(x.shape);
@@ -142,7 +155,7 @@ void GraphSession::drop_device(NodeId id) {
   if (static_cast<size_t>(id) >= mirrors_.size()) return;
   Mirror& m = mirrors_[static_cast<size_t>(id)];
   backend_->free(m.own);
-  backend_->free(m.device);
+  if (!m.shared) backend_->free(m.device);
   pool_->release(m.host, m.host_bytes, MemoryPool::Use::Kept);
   m = Mirror{};
 }

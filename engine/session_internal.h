@@ -28,6 +28,7 @@ struct GraphSession::Mirror {
   BufferRegion home;
   BufferHandle own;             // home buffer of a kept device value
   BufferHandle device;          // device copy of a host value
+  bool shared = false;          // `device` is the pool's copy of a constant (not freed here)
   std::byte* host = nullptr;    // host copy of a device value (from the pool)
   int64_t host_bytes = 0;
   TensorView view;              // the copy, as steps on its side see it

@@ -14,23 +14,27 @@
 
 namespace tessera {
 
-std::unique_ptr<Backend> GraphSession::make_backend(const SessionOptions& options, bool fallback) {
+std::shared_ptr<Backend> GraphSession::make_backend(const SessionOptions& options, bool fallback) {
   const std::string name = fallback                                ? options.fallback_backend
                            : !options.backend_name.empty()         ? options.backend_name
                            : options.backend == BackendKind::Cpu ? "cpu"
                                                                  : "reference";
-  absl::StatusOr<std::unique_ptr<Backend>> backend = BackendRegistry().create(name);
-  if (!backend.ok()) throw Error(std::string(backend.status().message()));
-  if (fallback && !(*backend)->host_addressable())
+  if (options.threads < 0) throw Error(absl::StrCat("[session] threads must be >= 0, got ", options.threads));
+  PoolLock lock(pool_->mutex_);
+  std::shared_ptr<Backend> backend = pool_->backend(absl::StrCat(name, "/", options.threads), [&] {
+    absl::StatusOr<std::unique_ptr<Backend>> made = BackendRegistry().create(name);
+    if (!made.ok()) throw Error(std::string(made.status().message()));
+    if (auto* host = dynamic_cast<HostBackend*>(made->get()); host != nullptr && options.threads > 0)
+      host->set_threads(options.threads);
+    return std::move(*made);
+  });
+  if (fallback && !backend->host_addressable())
     throw Error(absl::StrCat("[session] fallback backend ", name, " computes in device memory; it must be a host backend"));
-  if (!fallback && !(*backend)->host_addressable() && options.fallback_backend.empty())
+  if (!fallback && !backend->host_addressable() && options.fallback_backend.empty())
     throw Error(absl::StrCat("[session] backend ", name,
                              " computes in device memory and needs a host fallback backend (to fold constants "
                              "and run the ops it lacks); set SessionOptions::fallback_backend"));
-  if (options.threads < 0) throw Error(absl::StrCat("[session] threads must be >= 0, got ", options.threads));
-  if (auto* host = dynamic_cast<HostBackend*>(backend->get()); host != nullptr && options.threads > 0)
-    host->set_threads(options.threads);
-  return std::move(*backend);
+  return backend;
 }
 
 // Kernels are chosen (or compiled) once per plan; the prepared forms live with the plan: one

@@ -137,3 +137,25 @@ TEST_CASE("device: a device backend needs a host fallback; bad configurations ar
   CHECK_THROWS_WITH_AS(GraphSession(g, on_device("devsim")), doctest::Contains("must be a host backend"), Error);
   CHECK_THROWS_WITH_AS(GraphSession(g, on_device("nonesuch")), doctest::Contains("nonesuch"), Error);
 }
+
+TEST_CASE("device: sessions on one pool share the backend and upload each constant once") {
+  PluginPath path;
+  Graph g;
+  std::vector<float> w(16 * 8);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i % 5) * 0.125f;
+  Tensor x = g.input("x", {4, 16}, DType::F32);
+  g.output("y", exp(matmul(x, g.constant(Shape{16, 8}, w))));
+  auto pool = MemoryPool::create();
+  SessionOptions options = on_device("cpu");
+  options.pool = pool;
+  GraphSession a(g, options), b(g, options);
+  CHECK(&a.backend() == &b.backend());
+  const std::vector<float> xs(64, 0.25f);
+  for (GraphSession* s : {&a, &b}) {
+    s->write<float>("x", Box::full(Shape{4, 16}), xs);
+    s->read<float>("y", Box::full(Shape{4, 8}));
+  }
+  CHECK(a.stats().copy_bytes == 64 * 4 + 16 * 8 * 4);  // x and the weight
+  CHECK(b.stats().copy_bytes == 64 * 4);               // x only: the weight is on the device
+  CHECK(pool->stats().device_weight_bytes == 16 * 8 * 4);
+}
