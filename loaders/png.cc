@@ -206,16 +206,16 @@ void write_png(const std::string& path, const Image& image) {
   if (!file.flush()) throw Error(absl::StrCat("[png] ", path, ": write failed"));
 }
 
-std::vector<float> image_to_planar(const Image& image, float scale) {
+std::vector<float> image_to_planar(const Image& image, float divisor) {
   const size_t plane = static_cast<size_t>(image.width * image.height);
   const size_t channels = static_cast<size_t>(image.channels);
   std::vector<float> out(plane * channels);
   for (size_t c = 0; c < channels; ++c)
-    for (size_t i = 0; i < plane; ++i) out[c * plane + i] = static_cast<float>(image.pixels[i * channels + c]) * scale;
+    for (size_t i = 0; i < plane; ++i) out[c * plane + i] = static_cast<float>(image.pixels[i * channels + c]) / divisor;
   return out;
 }
 
-Image planar_to_image(std::span<const float> planar, const Shape& shape, float scale) {
+Image planar_to_image(std::span<const float> planar, const Shape& shape, float divisor) {
   if (shape.size() != 4 || shape[0] != 1 || (shape[1] != 3 && shape[1] != 4) || shape[2] <= 0 || shape[3] <= 0 ||
       static_cast<int64_t>(planar.size()) != shape_volume(shape))
     throw Error(absl::StrCat("[png] planar pixels of shape ", shape_string(shape), " (", planar.size(),
@@ -229,7 +229,7 @@ Image planar_to_image(std::span<const float> planar, const Shape& shape, float s
   image.pixels.resize(plane * channels);
   for (size_t c = 0; c < channels; ++c) {
     for (size_t i = 0; i < plane; ++i) {
-      const float v = planar[c * plane + i] / scale;
+      const float v = planar[c * plane + i] * divisor;
       // Clip, then round half to even (NaN becomes 0).
       const float clipped = std::isnan(v) ? 0.0f : std::clamp(v, 0.0f, 255.0f);
       image.pixels[i * channels + c] = static_cast<uint8_t>(std::nearbyint(clipped));

@@ -36,10 +36,11 @@ Image read_png(const std::string& path, int channels = 3);
 std::vector<std::byte> encode_png(const Image& image);
 void write_png(const std::string& path, const Image& image);
 
-// Planar float views for networks: [1, channels, height, width] with value * scale per pixel
-// (scale 1 keeps [0, 255], 1/255 gives [0, 1]), and back: value / scale rounded half to even
-// and clipped to [0, 255]. `planar` must hold 1 x channels x height x width values.
-std::vector<float> image_to_planar(const Image& image, float scale = 1.0f);
-Image planar_to_image(std::span<const float> planar, const Shape& shape, float scale = 1.0f);
+// Planar float views for networks: [1, channels, height, width] with pixel / divisor per value
+// (divisor 1 keeps [0, 255]; 255 gives [0, 1] as torchvision's to_tensor does), and back:
+// value * divisor clipped to [0, 255] and rounded half to even (NaN becomes 0). `planar` must
+// hold 1 x channels x height x width values.
+std::vector<float> image_to_planar(const Image& image, float divisor = 1.0f);
+Image planar_to_image(std::span<const float> planar, const Shape& shape, float divisor = 1.0f);
 
 }  // namespace tessera
