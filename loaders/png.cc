@@ -33,11 +33,14 @@ struct PngIo {
   char message[256] = "unknown libpng error";
 };
 
-PngIo& io_of_error(png_structp png) { return *static_cast<PngIo*>(png_get_error_ptr(png)); }
+PngIo& io_of_error(png_structp png) {
+  return *static_cast<PngIo*>(png_get_error_ptr(png));
+}
 
 void on_error(png_structp png, png_const_charp message) {
   PngIo& io = io_of_error(png);
-  std::snprintf(io.message, sizeof(io.message), "%s", message != nullptr ? message : "libpng error");
+  std::snprintf(io.message, sizeof(io.message), "%s",
+                message != nullptr ? message : "libpng error");
   png_longjmp(png, 1);
 }
 
@@ -59,7 +62,8 @@ void on_write(png_structp png, png_bytep data, size_t count) {
   } catch (const std::bad_alloc&) {
     failed = true;
   }
-  if (failed) png_error(png, "out of memory");  // outside the handler: longjmp must not leave a catch block
+  if (failed)
+    png_error(png, "out of memory");  // outside the handler: longjmp must not leave a catch block
 }
 
 void on_flush(png_structp) {}
@@ -76,18 +80,23 @@ bool read_header(png_structp png, png_infop info, int channels, ReadHeader* head
   if (setjmp(png_jmpbuf(png))) return false;
   png_set_user_limits(png, kMaxSide, kMaxSide);
   png_read_info(png, info);
-  const png_uint_32 width = png_get_image_width(png, info), height = png_get_image_height(png, info);
+  const png_uint_32 width = png_get_image_width(png, info),
+                    height = png_get_image_height(png, info);
   const int bit_depth = png_get_bit_depth(png, info), color_type = png_get_color_type(png, info);
-  if (static_cast<uint64_t>(width) * height > kMaxPixels) png_error(png, "image has too many pixels");
+  if (static_cast<uint64_t>(width) * height > kMaxPixels)
+    png_error(png, "image has too many pixels");
   if (color_type == PNG_COLOR_TYPE_PALETTE) {
     png_set_palette_to_rgb(png);
     if (png_get_valid(png, info, PNG_INFO_tRNS)) png_set_tRNS_to_alpha(png);
   } else if (bit_depth != 8) {
-    png_error(png, bit_depth == 16 ? "16-bit images are not supported" : "gray images below 8 bits are not supported");
+    png_error(png, bit_depth == 16 ? "16-bit images are not supported"
+                                   : "gray images below 8 bits are not supported");
   }
-  if (color_type == PNG_COLOR_TYPE_GRAY || color_type == PNG_COLOR_TYPE_GRAY_ALPHA) png_set_gray_to_rgb(png);
-  const bool has_alpha = (color_type & PNG_COLOR_MASK_ALPHA) != 0 ||
-                         (color_type == PNG_COLOR_TYPE_PALETTE && png_get_valid(png, info, PNG_INFO_tRNS));
+  if (color_type == PNG_COLOR_TYPE_GRAY || color_type == PNG_COLOR_TYPE_GRAY_ALPHA)
+    png_set_gray_to_rgb(png);
+  const bool has_alpha =
+      (color_type & PNG_COLOR_MASK_ALPHA) != 0 ||
+      (color_type == PNG_COLOR_TYPE_PALETTE && png_get_valid(png, info, PNG_INFO_tRNS));
   if (channels == 3 && has_alpha) png_set_strip_alpha(png);
   if (channels == 4 && !has_alpha) png_set_add_alpha(png, 0xff, PNG_FILLER_AFTER);
   png_set_interlace_handling(png);
@@ -107,10 +116,11 @@ bool read_rows(png_structp png, png_infop info, png_bytep* rows) {
   return true;
 }
 
-bool write_rows(png_structp png, png_infop info, uint32_t width, uint32_t height, int color_type, png_bytep* rows) {
+bool write_rows(png_structp png, png_infop info, uint32_t width, uint32_t height, int color_type,
+                png_bytep* rows) {
   if (setjmp(png_jmpbuf(png))) return false;
-  png_set_IHDR(png, info, width, height, 8, color_type, PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT,
-               PNG_FILTER_TYPE_DEFAULT);
+  png_set_IHDR(png, info, width, height, 8, color_type, PNG_INTERLACE_NONE,
+               PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
   png_write_info(png, info);
   png_write_image(png, rows);
   png_write_end(png, info);
@@ -131,7 +141,8 @@ struct WriteGuard {
 
 void check_channels(int channels, const std::string& name) {
   if (channels != 3 && channels != 4)
-    throw Error(absl::StrCat("[png] ", name, ": channels must be 3 (RGB) or 4 (RGBA), got ", channels));
+    throw Error(
+        absl::StrCat("[png] ", name, ": channels must be 3 (RGB) or 4 (RGBA), got ", channels));
 }
 
 }  // namespace
@@ -145,12 +156,15 @@ Image decode_png(std::span<const std::byte> bytes, int channels, const std::stri
   io.size = bytes.size();
   ReadGuard guard;
   guard.png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &io, on_error, on_warning);
-  if (guard.png == nullptr) throw Error(absl::StrCat("[png] ", name, ": cannot create a libpng reader"));
+  if (guard.png == nullptr)
+    throw Error(absl::StrCat("[png] ", name, ": cannot create a libpng reader"));
   guard.info = png_create_info_struct(guard.png);
-  if (guard.info == nullptr) throw Error(absl::StrCat("[png] ", name, ": cannot create a libpng reader"));
+  if (guard.info == nullptr)
+    throw Error(absl::StrCat("[png] ", name, ": cannot create a libpng reader"));
   png_set_read_fn(guard.png, &io, on_read);
   ReadHeader header;
-  if (!read_header(guard.png, guard.info, channels, &header)) throw Error(absl::StrCat("[png] ", name, ": ", io.message));
+  if (!read_header(guard.png, guard.info, channels, &header))
+    throw Error(absl::StrCat("[png] ", name, ": ", io.message));
   Image image;
   image.width = header.width;
   image.height = header.height;
@@ -158,8 +172,10 @@ Image decode_png(std::span<const std::byte> bytes, int channels, const std::stri
   image.pixels.resize(static_cast<size_t>(header.height) * header.row_bytes);
   std::vector<png_bytep> rows(header.height);
   for (uint32_t y = 0; y < header.height; ++y)
-    rows[y] = reinterpret_cast<png_bytep>(image.pixels.data()) + static_cast<size_t>(y) * header.row_bytes;
-  if (!read_rows(guard.png, guard.info, rows.data())) throw Error(absl::StrCat("[png] ", name, ": ", io.message));
+    rows[y] = reinterpret_cast<png_bytep>(image.pixels.data()) +
+              static_cast<size_t>(y) * header.row_bytes;
+  if (!read_rows(guard.png, guard.info, rows.data()))
+    throw Error(absl::StrCat("[png] ", name, ": ", io.message));
   return image;
 }
 
@@ -174,11 +190,12 @@ Image read_png(const std::string& path, int channels) {
 std::vector<std::byte> encode_png(const Image& image) {
   check_channels(image.channels, "<encode>");
   if (image.width <= 0 || image.height <= 0 || image.width > kMaxSide || image.height > kMaxSide)
-    throw Error(absl::StrCat("[png] cannot encode an image of ", image.width, "x", image.height, " pixels"));
+    throw Error(absl::StrCat("[png] cannot encode an image of ", image.width, "x", image.height,
+                             " pixels"));
   const size_t row_bytes = static_cast<size_t>(image.width) * static_cast<size_t>(image.channels);
   if (image.pixels.size() != row_bytes * static_cast<size_t>(image.height))
-    throw Error(absl::StrCat("[png] image of ", image.width, "x", image.height, "x", image.channels, " holds ",
-                             image.pixels.size(), " bytes"));
+    throw Error(absl::StrCat("[png] image of ", image.width, "x", image.height, "x", image.channels,
+                             " holds ", image.pixels.size(), " bytes"));
   std::vector<std::byte> out;
   PngIo io;
   io.out = &out;
@@ -190,10 +207,11 @@ std::vector<std::byte> encode_png(const Image& image) {
   png_set_write_fn(guard.png, &io, on_write, on_flush);
   std::vector<png_bytep> rows(static_cast<size_t>(image.height));
   for (size_t y = 0; y < rows.size(); ++y)
-    rows[y] = const_cast<png_bytep>(image.pixels.data() + y * row_bytes);  // libpng does not write to them
+    rows[y] = const_cast<png_bytep>(image.pixels.data() +
+                                    y * row_bytes);  // libpng does not write to them
   const int color_type = image.channels == 4 ? PNG_COLOR_TYPE_RGB_ALPHA : PNG_COLOR_TYPE_RGB;
-  if (!write_rows(guard.png, guard.info, static_cast<uint32_t>(image.width), static_cast<uint32_t>(image.height),
-                  color_type, rows.data()))
+  if (!write_rows(guard.png, guard.info, static_cast<uint32_t>(image.width),
+                  static_cast<uint32_t>(image.height), color_type, rows.data()))
     throw Error(absl::StrCat("[png] encoding failed: ", io.message));
   return out;
 }
@@ -202,7 +220,8 @@ void write_png(const std::string& path, const Image& image) {
   const std::vector<std::byte> bytes = encode_png(image);
   std::ofstream file(path, std::ios::binary | std::ios::trunc);
   if (!file) throw Error(absl::StrCat("[png] ", path, ": cannot create: ", std::strerror(errno)));
-  file.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  file.write(reinterpret_cast<const char*>(bytes.data()),
+             static_cast<std::streamsize>(bytes.size()));
   if (!file.flush()) throw Error(absl::StrCat("[png] ", path, ": write failed"));
 }
 
@@ -211,15 +230,16 @@ std::vector<float> image_to_planar(const Image& image, float divisor) {
   const size_t channels = static_cast<size_t>(image.channels);
   std::vector<float> out(plane * channels);
   for (size_t c = 0; c < channels; ++c)
-    for (size_t i = 0; i < plane; ++i) out[c * plane + i] = static_cast<float>(image.pixels[i * channels + c]) / divisor;
+    for (size_t i = 0; i < plane; ++i)
+      out[c * plane + i] = static_cast<float>(image.pixels[i * channels + c]) / divisor;
   return out;
 }
 
 Image planar_to_image(std::span<const float> planar, const Shape& shape, float divisor) {
-  if (shape.size() != 4 || shape[0] != 1 || (shape[1] != 3 && shape[1] != 4) || shape[2] <= 0 || shape[3] <= 0 ||
-      static_cast<int64_t>(planar.size()) != shape_volume(shape))
-    throw Error(absl::StrCat("[png] planar pixels of shape ", shape_string(shape), " (", planar.size(),
-                             " values) are not [1, 3 or 4, H, W]"));
+  if (shape.size() != 4 || shape[0] != 1 || (shape[1] != 3 && shape[1] != 4) || shape[2] <= 0 ||
+      shape[3] <= 0 || static_cast<int64_t>(planar.size()) != shape_volume(shape))
+    throw Error(absl::StrCat("[png] planar pixels of shape ", shape_string(shape), " (",
+                             planar.size(), " values) are not [1, 3 or 4, H, W]"));
   Image image;
   image.channels = static_cast<int>(shape[1]);
   image.height = shape[2];

@@ -29,7 +29,8 @@ struct Image {
 };
 
 // Decodes PNG bytes into `channels` (3 or 4) channels. `name` appears in error messages.
-Image decode_png(std::span<const std::byte> bytes, int channels = 3, const std::string& name = "<memory>");
+Image decode_png(std::span<const std::byte> bytes, int channels = 3,
+                 const std::string& name = "<memory>");
 Image read_png(const std::string& path, int channels = 3);
 
 // Encodes an RGB or RGBA image (8-bit, no interlacing, default compression).

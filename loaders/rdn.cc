@@ -9,15 +9,16 @@ namespace {
 
 class RdnBuilder {
  public:
-  RdnBuilder(const std::string& path, Graph& graph) : file_(SafetensorsFile::open(path)), graph_(graph) {}
+  RdnBuilder(const std::string& path, Graph& graph)
+      : file_(SafetensorsFile::open(path)), graph_(graph) {}
 
   // Keras convolution `name`: kernel HWIO -> OIHW constant, bias, stride 1, "same" padding.
   Tensor conv(Tensor x, const std::string& name) {
     const std::string kernel_name = name + "/kernel";
     const Shape& hwio = file_.tensor(kernel_name).shape;
     if (hwio.size() != 4 || hwio[0] % 2 == 0 || hwio[1] % 2 == 0)
-      throw Error(absl::StrCat("[rdn] ", file_.name(), ": ", kernel_name, " of shape ", shape_string(hwio),
-                               " is not an odd-sized HWIO kernel"));
+      throw Error(absl::StrCat("[rdn] ", file_.name(), ": ", kernel_name, " of shape ",
+                               shape_string(hwio), " is not an odd-sized HWIO kernel"));
     const int64_t kh = hwio[0], kw = hwio[1], in = hwio[2], out = hwio[3];
     const std::vector<float> values = file_.to_f32(kernel_name);
     std::vector<float> oihw(values.size());

@@ -33,7 +33,7 @@ namespace tessera {
 
 struct SafetensorsTensor {
   std::string name;
-  std::string dtype_name;     // as written in the header: "F32", "F16", "BF16", "I64", ...
+  std::string dtype_name;      // as written in the header: "F32", "F16", "BF16", "I64", ...
   std::optional<DType> dtype;  // set for the dtypes Tessera reads (F32, F16, BF16)
   Shape shape;
   uint64_t offset = 0;  // bytes from the start of the data section
@@ -62,7 +62,7 @@ class SafetensorsFile {
   // Tensors sorted by name, and the names alone.
   const std::vector<SafetensorsTensor>& tensors() const { return tensors_; }
   std::vector<std::string_view> names() const;
-  const SafetensorsTensor* find(std::string_view name) const;  // nullptr when absent
+  const SafetensorsTensor* find(std::string_view name) const;    // nullptr when absent
   const SafetensorsTensor& tensor(std::string_view name) const;  // throws Error when absent
   // "__metadata__" entries, sorted by key.
   const std::vector<std::pair<std::string, std::string>>& metadata() const { return metadata_; }

@@ -10,16 +10,19 @@ namespace {
 // Weights of one network, added to its graph as f32 constants under their upstream names.
 class TaesdBuilder {
  public:
-  TaesdBuilder(const std::string& path, Graph& graph) : file_(SafetensorsFile::open(path)), graph_(graph) {}
+  TaesdBuilder(const std::string& path, Graph& graph)
+      : file_(SafetensorsFile::open(path)), graph_(graph) {}
 
   // 3x3 (or 1x1: the padding follows the kernel) convolution `prefix`weight, with
   // `prefix`bias when the file has one.
   Tensor conv(Tensor x, const std::string& prefix, int64_t stride = 1) {
     Tensor weight = file_.add_constant(graph_, prefix + "weight");
     if (weight.rank() != 4)
-      throw Error(absl::StrCat("[taesd] ", file_.name(), ": ", prefix, "weight is not a convolution kernel"));
+      throw Error(absl::StrCat("[taesd] ", file_.name(), ": ", prefix,
+                               "weight is not a convolution kernel"));
     const std::string bias_name = prefix + "bias";
-    Tensor bias = file_.find(bias_name) != nullptr ? file_.add_constant(graph_, bias_name) : Tensor{};
+    Tensor bias =
+        file_.find(bias_name) != nullptr ? file_.add_constant(graph_, bias_name) : Tensor{};
     Conv2dParams params;
     params.stride_h = params.stride_w = stride;
     params.pad_h = weight.dim(2) / 2;
@@ -48,13 +51,14 @@ class TaesdBuilder {
 
 void check_input(const Shape& shape, int64_t channels, const char* what) {
   if (shape.size() != 4 || shape[0] < 1 || shape[1] != channels || shape[2] < 1 || shape[3] < 1)
-    throw Error(absl::StrCat("[taesd] ", what, " shape must be [N, ", channels, ", H, W] with N, H, W >= 1, got ",
-                             shape_string(shape)));
+    throw Error(absl::StrCat("[taesd] ", what, " shape must be [N, ", channels,
+                             ", H, W] with N, H, W >= 1, got ", shape_string(shape)));
 }
 
 }  // namespace
 
-std::unique_ptr<Graph> taef2_encoder(const std::string& safetensors_path, const Shape& image_shape) {
+std::unique_ptr<Graph> taef2_encoder(const std::string& safetensors_path,
+                                     const Shape& image_shape) {
   check_input(image_shape, 3, "image");
   auto graph = std::make_unique<Graph>();
   TaesdBuilder b(safetensors_path, *graph);
@@ -70,7 +74,8 @@ std::unique_ptr<Graph> taef2_encoder(const std::string& safetensors_path, const 
   return graph;
 }
 
-std::unique_ptr<Graph> taef2_decoder(const std::string& safetensors_path, const Shape& latent_shape) {
+std::unique_ptr<Graph> taef2_decoder(const std::string& safetensors_path,
+                                     const Shape& latent_shape) {
   check_input(latent_shape, 32, "latent");
   auto graph = std::make_unique<Graph>();
   TaesdBuilder b(safetensors_path, *graph);
@@ -88,7 +93,8 @@ std::unique_ptr<Graph> taef2_decoder(const std::string& safetensors_path, const 
   return graph;
 }
 
-std::unique_ptr<Graph> taesana_encoder(const std::string& safetensors_path, const Shape& image_shape) {
+std::unique_ptr<Graph> taesana_encoder(const std::string& safetensors_path,
+                                       const Shape& image_shape) {
   check_input(image_shape, 3, "image");
   auto graph = std::make_unique<Graph>();
   TaesdBuilder b(safetensors_path, *graph);

@@ -27,7 +27,9 @@
 namespace tessera {
 
 std::unique_ptr<Graph> taef2_encoder(const std::string& safetensors_path, const Shape& image_shape);
-std::unique_ptr<Graph> taef2_decoder(const std::string& safetensors_path, const Shape& latent_shape);
-std::unique_ptr<Graph> taesana_encoder(const std::string& safetensors_path, const Shape& image_shape);
+std::unique_ptr<Graph> taef2_decoder(const std::string& safetensors_path,
+                                     const Shape& latent_shape);
+std::unique_ptr<Graph> taesana_encoder(const std::string& safetensors_path,
+                                       const Shape& image_shape);
 
 }  // namespace tessera

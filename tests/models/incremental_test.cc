@@ -25,7 +25,8 @@ std::vector<float> random_pixels(const Shape& shape, float scale, uint64_t seed)
 }
 
 // Writes `patch` (all channels) into rows [y0, y1) and columns [x0, x1) of a [1, C, H, W] image.
-void paste(std::vector<float>& image, const Shape& shape, const Box& box, const std::vector<float>& patch) {
+void paste(std::vector<float>& image, const Shape& shape, const Box& box,
+           const std::vector<float>& patch) {
   size_t k = 0;
   for (int64_t c = box[1].begin; c < box[1].end; ++c)
     for (int64_t y = box[2].begin; y < box[2].end; ++y)
@@ -47,7 +48,8 @@ struct EditRun {
 
 // Full write and read, then an edit of `box` and a read of the whole output; checks the result
 // bitwise against a fresh session given the edited image at once.
-EditRun run_edit(const Graph& g, const std::string& output, const Shape& in_shape, const Box& box, float scale) {
+EditRun run_edit(const Graph& g, const std::string& output, const Shape& in_shape, const Box& box,
+                 float scale) {
   const Shape& out_shape = g.node(g.find_output(output)).shape;
   GraphSession s(g, SessionOptions{.hints = {{"image", InputHint::Kind::Edits}}});
   std::vector<float> image = random_pixels(in_shape, scale, 3);
@@ -68,7 +70,8 @@ EditRun run_edit(const Graph& g, const std::string& output, const Shape& in_shap
 
 }  // namespace
 
-TEST_CASE("models: an rdn x2 edit recomputes the receptive field only, bitwise equal to a fresh run") {
+TEST_CASE(
+    "models: an rdn x2 edit recomputes the receptive field only, bitwise equal to a fresh run") {
   if (!have_conv_model("upscaler/rdn_x2.safetensors")) return;
   const Shape in_shape{1, 3, 40, 48};
   std::unique_ptr<Graph> g = rdn_x2(conv_model_path("upscaler/rdn_x2.safetensors"), in_shape);
@@ -81,22 +84,27 @@ TEST_CASE("models: an rdn x2 edit recomputes the receptive field only, bitwise e
   CHECK(run.edit.elements_per_node[static_cast<size_t>(out)] == 3 * rows * cols);
   const NodeId conv = first_conv(*g, g->find_input("image"));
   CHECK(run.edit.elements_per_node[static_cast<size_t>(conv)] == 64 * (4 + 2) * (5 + 2));
-  MESSAGE("rdn x2 edit of 4x5 of 40x48 pixels: ", run.edit.elements_computed, " elements computed vs ",
-          run.full.elements_computed, " for the full image (", run.edit.seconds, " s vs ", run.full.seconds, " s)");
+  MESSAGE("rdn x2 edit of 4x5 of 40x48 pixels: ", run.edit.elements_computed,
+          " elements computed vs ", run.full.elements_computed, " for the full image (",
+          run.edit.seconds, " s vs ", run.full.seconds, " s)");
   CHECK(run.edit.elements_computed * 3 < run.full.elements_computed);
 }
 
-TEST_CASE("models: a taesana encoder edit recomputes the receptive field only, bitwise equal to a fresh run") {
+TEST_CASE(
+    "models: a taesana encoder edit recomputes the receptive field only, bitwise equal to a fresh "
+    "run") {
   if (!have_conv_model("taesd/taesana_encoder.safetensors")) return;
   const Shape in_shape{1, 3, 128, 160};
-  std::unique_ptr<Graph> g = taesana_encoder(conv_model_path("taesd/taesana_encoder.safetensors"), in_shape);
+  std::unique_ptr<Graph> g =
+      taesana_encoder(conv_model_path("taesd/taesana_encoder.safetensors"), in_shape);
   const Box edit{{0, 1}, {0, 3}, {40, 48}, {64, 72}};
   const EditRun run = run_edit(*g, "latent", in_shape, edit, 1.0f);
   // The first convolution (stride 2, 3x3, padding 1) recomputes output rows o with
   // 2o - 1 < 48 and 2o + 1 >= 40, i.e. [20, 24], and likewise columns [32, 36].
   const NodeId conv = first_conv(*g, g->find_input("image"));
   CHECK(run.edit.elements_per_node[static_cast<size_t>(conv)] == 32 * 5 * 5);
-  MESSAGE("taesana edit of 8x8 of 128x160 pixels: ", run.edit.elements_computed, " elements computed vs ",
-          run.full.elements_computed, " for the full image (", run.edit.seconds, " s vs ", run.full.seconds, " s)");
+  MESSAGE("taesana edit of 8x8 of 128x160 pixels: ", run.edit.elements_computed,
+          " elements computed vs ", run.full.elements_computed, " for the full image (",
+          run.edit.seconds, " s vs ", run.full.seconds, " s)");
   CHECK(run.edit.elements_computed * 3 < run.full.elements_computed);
 }

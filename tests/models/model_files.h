@@ -25,7 +25,8 @@ namespace tessera::testing {
 
 inline std::string conv_model_path(const std::string& relative) {
   const char* dir = std::getenv("TESSERA_CONV_MODELS");
-  const std::string root = dir != nullptr && *dir != '\0' ? dir : std::string(TESSERA_SOURCE_DIR) + "/../shared/models";
+  const std::string root =
+      dir != nullptr && *dir != '\0' ? dir : std::string(TESSERA_SOURCE_DIR) + "/../shared/models";
   return root + "/" + relative;
 }
 
@@ -53,7 +54,8 @@ inline Npy read_npy(const std::string& name) {
   std::ifstream file(path, std::ios::binary);
   REQUIRE_MESSAGE(file.good(), "cannot open ", path);
   std::vector<char> bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-  REQUIRE_MESSAGE((bytes.size() >= 12 && std::memcmp(bytes.data(), "\x93NUMPY", 6) == 0), path, ": not .npy");
+  REQUIRE_MESSAGE((bytes.size() >= 12 && std::memcmp(bytes.data(), "\x93NUMPY", 6) == 0), path,
+                  ": not .npy");
   const int major = bytes[6];
   const size_t length_bytes = major == 1 ? 2 : 4;
   size_t header_length = 0;
@@ -62,8 +64,10 @@ inline Npy read_npy(const std::string& name) {
   const size_t data_at = 8 + length_bytes + header_length;
   REQUIRE(data_at <= bytes.size());
   const std::string header(bytes.data() + 8 + length_bytes, header_length);
-  REQUIRE_MESSAGE(header.find("'descr': '<f4'") != std::string::npos, path, ": not little-endian float32");
-  REQUIRE_MESSAGE(header.find("'fortran_order': False") != std::string::npos, path, ": not C order");
+  REQUIRE_MESSAGE(header.find("'descr': '<f4'") != std::string::npos, path,
+                  ": not little-endian float32");
+  REQUIRE_MESSAGE(header.find("'fortran_order': False") != std::string::npos, path,
+                  ": not C order");
   const size_t open = header.find("'shape': (");
   REQUIRE(open != std::string::npos);
   Npy npy;
