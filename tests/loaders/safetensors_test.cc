@@ -170,7 +170,7 @@ TEST_CASE("loaders: safetensors data off its element alignment is copied, not re
   CHECK(v == 1.0f);
 }
 
-TEST_CASE("loaders: safetensors open maps the file; bad paths are errors") {
+TEST_CASE("loaders: safetensors open maps the file, and bad paths are errors") {
   const std::string path = temp_path("map");
   write_file(path, small_file());
   std::shared_ptr<const void> owner;
