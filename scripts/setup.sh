@@ -2,7 +2,7 @@
 # Installs the system packages the build needs (Debian 12), non-interactively and only when
 # missing. Safe to run repeatedly.
 set -euo pipefail
-packages=(cmake ninja-build g++ pkg-config libabsl-dev libxxhash-dev doctest-dev nlohmann-json3-dev python3 python3-pip
+packages=(cmake ninja-build g++ pkg-config libabsl-dev libxxhash-dev doctest-dev nlohmann-json3-dev libpng-dev python3 python3-pip
           ocl-icd-opencl-dev opencl-headers pocl-opencl-icd)
 missing=()
 for p in "${packages[@]}"; do
