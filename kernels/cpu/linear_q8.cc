@@ -223,9 +223,6 @@ namespace {
 TESSERA_INLINE __m256i dot(__m256i u, __m256i s) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
 }
-TESSERA_INLINE __m256i scale_pair(int lo, int hi) {
-  return _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(hi)), _mm_set1_epi16(static_cast<int16_t>(lo)));
-}
 TESSERA_INLINE __m256i dot_scaled(__m256i u, __m256i s, __m256i scale) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), scale);
 }
@@ -245,10 +242,10 @@ TESSERA_VNNI_BEGIN
 namespace tessera::cpu::q8::vnni_path {
 namespace {
 TESSERA_INLINE __m256i dot(__m256i u, __m256i s) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s); }
-TESSERA_INLINE __m256i scale_pair(int lo, int hi) {
-  return _mm256_set_m128i(_mm_set1_epi32(hi), _mm_set1_epi32(lo));
+// Scaled sums as on AVX2 (vpmaddwd multiplies and pairs in one step; vpmulld is slower).
+TESSERA_INLINE __m256i dot_scaled(__m256i u, __m256i s, __m256i scale) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), scale);
 }
-TESSERA_INLINE __m256i dot_scaled(__m256i u, __m256i s, __m256i scale) { return _mm256_mullo_epi32(dot(u, s), scale); }
 constexpr int kWideCols = 2;  // 32 registers with AVX-512 VL
 #include "kernels/cpu/linear_q8_simd.inc"
 }  // namespace
