@@ -44,13 +44,15 @@ int64_t activation_block(DType dtype) {
 RowLayout::RowLayout(int64_t depth_, int64_t block_) : depth(depth_), block(block_) {
   d_offset = align64(depth);
   sums_offset = d_offset + align64(4 * (depth / block));
-  row_bytes = sums_offset + align64(4 * (depth / 32));
+  scaled_sums_offset = sums_offset + align64(4 * (depth / 32));
+  row_bytes = scaled_sums_offset + align64(4 * (depth / 32));
 }
 
 void quantize_row_portable(const float* x, int64_t step, const RowLayout& layout, std::byte* dst) {
   auto* q = reinterpret_cast<int8_t*>(dst);
   auto* d = reinterpret_cast<float*>(dst + layout.d_offset);
   auto* sums = reinterpret_cast<int32_t*>(dst + layout.sums_offset);
+  auto* scaled_sums = reinterpret_cast<float*>(dst + layout.scaled_sums_offset);
   for (int64_t k0 = 0; k0 < layout.depth; k0 += layout.block) {
     float a = 0.0f;
     for (int64_t k = k0; k < k0 + layout.block; ++k) a = std::max(a, std::fabs(x[k * step]));
@@ -65,6 +67,7 @@ void quantize_row_portable(const float* x, int64_t step, const RowLayout& layout
         total += v;
       }
       sums[k / 32] = total;
+      scaled_sums[k / 32] = d[k0 / layout.block] * static_cast<float>(total);
     }
   }
 }
@@ -85,8 +88,7 @@ void group_sums(const int8_t* w, const int8_t* x, int lo, int hi, int32_t* lanes
 
 struct PortableSums {
   int32_t lanes[8];
-  float dd, mm;
-  int32_t m;
+  float dd, mm, mv;
 };
 
 template <DType kType>
@@ -134,8 +136,8 @@ struct PortableBlock<DType::Q4_1> {
     std::fill_n(s.lanes, 8, 0);
     group_sums(q, x.q + 32 * b, 1, 1, s.lanes);
     s.dd = half_to_float(static_cast<uint16_t>(w[0] | (w[1] << 8))) * x.d[b];
-    s.mm = half_to_float(static_cast<uint16_t>(w[2] | (w[3] << 8))) * x.d[b];
-    s.m = x.sums[b];
+    s.mm = half_to_float(static_cast<uint16_t>(w[2] | (w[3] << 8)));
+    s.mv = x.scaled_sums[b];
   }
 };
 
@@ -155,7 +157,7 @@ struct PortableBlock<DType::Q4_K> {
     }
     int32_t m = 0;
     for (int sub = 0; sub < 8; ++sub) m += min[sub] * x.sums[8 * b + sub];
-    s.m = m;
+    s.mv = static_cast<float>(m);
     s.dd = half_to_float(static_cast<uint16_t>(w[0] | (w[1] << 8))) * x.d[b];
     s.mm = -(half_to_float(static_cast<uint16_t>(w[2] | (w[3] << 8))) * x.d[b]);
   }
@@ -200,7 +202,7 @@ void tile_portable(const uint8_t* const* w, const QRow* x, int64_t rows, int64_t
       for (int64_t b = 0; b < blocks; ++b) {
         B::sums(w[j] + b * B::kBytes, b, x[r], s);
         for (int l = 0; l < 8; ++l) acc[b % 2][l] = std::fma(static_cast<float>(s.lanes[l]), s.dd, acc[b % 2][l]);
-        if constexpr (B::kMin) macc = std::fma(s.mm, static_cast<float>(s.m), macc);
+        if constexpr (B::kMin) macc = std::fma(s.mm, s.mv, macc);
       }
       float lanes[8];
       for (int l = 0; l < 8; ++l) lanes[l] = acc[0][l] + acc[1][l];

@@ -7,10 +7,11 @@
 // Then every weight block contributes, per x row, eight exact int32 lanes
 //   L[l] = sum over the block's 32-element groups g of sum_{i < 4} s(e) * w(e) * q(e),
 //   e = 32 g + 4 l + i, s(e) the block's integer sub-scale of e (1 for 32-element blocks),
-// and a float factor dd = d_w * d_x; types with an offset term (Q4_1, Q4_K) also an integer M
-// and a factor mm. The float combination is one fixed sequence per output element:
+// and a float factor dd = d_w * d_x; types with an offset term also two floats mm, mv (Q4_1:
+// m_w and d_x * sum(q); Q4_K: -(dmin_w * d_x) and float(sum_s min_s * sum(q of s))). The float
+// combination is one fixed sequence per output element:
 //   acc[b % 2][l] = fma(float(L[l]), dd, acc[b % 2][l])   for blocks b = 0, 1, ... in order,
-//   macc = fma(mm, float(M), macc),
+//   macc = fma(mm, mv, macc),
 //   out = hsum(acc[0] + acc[1]) (+ macc),   hsum the fixed order of avx2::hsum.
 // The portable, AVX2 (vpmaddubsw / vpmaddwd) and AVX-512 VNNI (vpdpbusd) paths compute the same
 // integers and the same float operations, so they agree bit for bit, and no box, tile or thread
@@ -35,20 +36,23 @@ int64_t activation_block(DType dtype);
 struct RowLayout {
   RowLayout(int64_t depth, int64_t block);
   int64_t depth = 0, block = 0;
-  int64_t d_offset = 0, sums_offset = 0, row_bytes = 0;
+  int64_t d_offset = 0, sums_offset = 0, scaled_sums_offset = 0, row_bytes = 0;
 };
 
-// A quantised activation row: q[K], d[K / block], sums[K / 32].
+// A quantised activation row: q[K], d[K / block], sums[K / 32] and scaled_sums[K / 32] (each
+// sum times its block's d, the offset term of Q4_1).
 struct QRow {
   const int8_t* q;
   const float* d;
   const int32_t* sums;
+  const float* scaled_sums;
 };
 
 inline QRow qrow(const std::byte* base, const RowLayout& layout) {
   return QRow{reinterpret_cast<const int8_t*>(base),
               reinterpret_cast<const float*>(base + layout.d_offset),
-              reinterpret_cast<const int32_t*>(base + layout.sums_offset)};
+              reinterpret_cast<const int32_t*>(base + layout.sums_offset),
+              reinterpret_cast<const float*>(base + layout.scaled_sums_offset)};
 }
 
 // The eight 6-bit scales and mins of a Q4_K block from its 12 scale bytes (layout in
