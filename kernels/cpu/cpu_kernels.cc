@@ -24,6 +24,12 @@ bool isa_supported(Isa isa) {
 #else
       return false;
 #endif
+    case Isa::Avx512Vnni:
+#if defined(__x86_64__)
+      return isa_supported(Isa::Avx512) && __builtin_cpu_supports("avx512vnni");
+#else
+      return false;
+#endif
   }
   return false;
 }
@@ -33,6 +39,8 @@ Isa detected_isa() {
     const char* cap = std::getenv("TESSERA_CPU_ISA");
     if (cap != nullptr && std::strcmp(cap, "portable") == 0) return Isa::Portable;
     const bool avx2_cap = cap != nullptr && std::strcmp(cap, "avx2") == 0;
+    const bool avx512_cap = cap != nullptr && std::strcmp(cap, "avx512") == 0;
+    if (!avx2_cap && !avx512_cap && isa_supported(Isa::Avx512Vnni)) return Isa::Avx512Vnni;
     if (!avx2_cap && isa_supported(Isa::Avx512)) return Isa::Avx512;
     return isa_supported(Isa::Avx2) ? Isa::Avx2 : Isa::Portable;
   }();
@@ -47,8 +55,15 @@ const char* isa_name(Isa isa) {
       return "avx2";
     case Isa::Avx512:
       return "avx512";
+    case Isa::Avx512Vnni:
+      return "avx512vnni";
   }
   return "?";
+}
+
+bool linear_int8_activations() {
+  const char* mode = std::getenv("TESSERA_LINEAR");
+  return mode == nullptr || std::strcmp(mode, "f32") != 0;
 }
 
 KernelFn optimised_kernel_for(const Graph& graph, const Node& node, Isa isa) {

@@ -11,16 +11,23 @@
 
 namespace tessera::cpu {
 
-// Instruction sets with their own code paths. Portable code is plain C++ (any target); AVX2
-// means AVX2 + FMA + F16C; AVX-512 means F, BW, VL and DQ on top (used by linear; the other
-// kernels run their AVX2 code under it).
-enum class Isa { Portable, Avx2, Avx512 };
+// Instruction sets with their own code paths, in increasing order. Portable code is plain C++
+// (any target); AVX2 means AVX2 + FMA + F16C; AVX-512 means F, BW, VL and DQ on top (used by
+// linear; the other kernels run their AVX2 code under it); AVX-512 VNNI adds the int8 dot
+// product instructions (used by linear's integer path, linear_q8.h).
+enum class Isa { Portable, Avx2, Avx512, Avx512Vnni };
 
-// The best instruction set of this CPU, decided once per process. TESSERA_CPU_ISA=portable or
-// =avx2 in the environment caps it.
+// The best instruction set of this CPU, decided once per process. TESSERA_CPU_ISA=portable,
+// =avx2 or =avx512 in the environment caps it.
 Isa detected_isa();
 bool isa_supported(Isa isa);
 const char* isa_name(Isa isa);
+
+// Whether linear on block-quantised weights quantises its activations to int8 and uses integer
+// dot products (linear_q8.h): true unless TESSERA_LINEAR=f32 is set in the environment, read
+// whenever a kernel is chosen (so a process can choose per session). The f32 path is the
+// precise one: its only rounding is float arithmetic on the exactly dequantised weights.
+bool linear_int8_activations();
 
 // The optimised kernel for this node, or nullptr when the reference kernel is used. Depends only
 // on the node, its input nodes and detected_isa(), never on the views or the box.
@@ -31,6 +38,8 @@ KernelFn optimised_kernel_for(const Graph& graph, const Node& node, Isa isa);
 // Per-op selectors (one per file of kernels/cpu), nullptr when the node is not covered.
 KernelFn matmul_kernel(const Graph& graph, const Node& node, Isa isa);     // matmul.cc
 KernelFn linear_kernel(const Graph& graph, const Node& node, Isa isa);     // linear.cc
+// Linear with the activation path chosen explicitly (tests and benchmarks).
+KernelFn linear_kernel_with(const Graph& graph, const Node& node, Isa isa, bool int8_activations);
 KernelFn attention_kernel(const Graph& graph, const Node& node, Isa isa);  // attention.cc
 KernelFn unary_kernel(const Graph& graph, const Node& node, Isa isa);      // elementwise.cc
 KernelFn binary_kernel(const Graph& graph, const Node& node, Isa isa);     // elementwise.cc

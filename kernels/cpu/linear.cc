@@ -21,6 +21,7 @@
 
 #include "kernels/cpu/box_rows.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/linear_q8.h"
 #include "kernels/cpu/quant_avx2.h"
 #include "kernels/cpu/quant_avx512.h"
 #include "kernels/quant.h"
@@ -334,20 +335,30 @@ TESSERA_AVX512_END
 
 }  // namespace
 
+// The larger of the two paths' needs (the bound holds whichever path a process chooses).
 int64_t linear_scratch_bytes(const Graph& graph, const Node& node, bool dense_views) {
-  if (dense_views || node.inputs.size() < 2) return 0;
-  const Shape& w = graph.node(node.inputs[1]).shape;
-  return w.size() == 2 ? scratch_take_bytes<float>(kTileRows * w[1]) : 0;
+  if (node.inputs.size() < 2) return 0;
+  const Node& w = graph.node(node.inputs[1]);
+  if (w.shape.size() != 2) return 0;
+  const int64_t rows = node.shape.empty() ? 1 : shape_volume(node.shape) / std::max<int64_t>(node.shape.back(), 1);
+  const int64_t int8_path = q8::scratch_bytes(w.dtype, w.shape[1], rows);
+  return std::max(int8_path, dense_views ? 0 : scratch_take_bytes<float>(kTileRows * w.shape[1]));
 }
 
 KernelFn linear_kernel(const Graph& graph, const Node& node, Isa isa) {
+  return linear_kernel_with(graph, node, isa, linear_int8_activations());
+}
+
+KernelFn linear_kernel_with(const Graph& graph, const Node& node, Isa isa, bool int8_activations) {
   const Node& x = graph.node(node.inputs[0]);
   const Node& w = graph.node(node.inputs[1]);
   if (node.dtype != DType::F32 || x.dtype != DType::F32) return nullptr;
   if (quant::block_dequantizer(w.dtype) == nullptr) return nullptr;
   if (w.shape[1] % dtype_block_size(w.dtype) != 0) return nullptr;  // whole blocks only
+  const int64_t activation_block = q8::activation_block(w.dtype);
+  if (int8_activations && activation_block != 0 && w.shape[1] % activation_block == 0) return q8::kernel(w.dtype, isa);
 #if TESSERA_HAVE_AVX2_PATHS
-  if (isa == Isa::Avx512)
+  if (isa >= Isa::Avx512)
     return select_decoder<avx512::Decoder>(w.dtype, [](auto decoder) -> KernelFn {
       return linear_f32<tile_avx512<decltype(decoder)>>;
     });

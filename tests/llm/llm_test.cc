@@ -13,6 +13,7 @@
 #include "engine/op_def.h"
 #include "loaders/llm.h"
 #include "tests/llm/model_cases.h"
+#include "tests/support/scoped_env.h"
 
 using namespace tessera;
 using namespace tessera::testing;
@@ -30,16 +31,30 @@ std::vector<float> logits_row(GraphSession& s, int64_t row, int64_t vocab) {
   return s.read<float>("logits", Box{{row, row + 1}, {0, vocab}});
 }
 
-// Tolerance on logits. Our weights are dequantised to the same f32 values as transformers';
-// what differs is only floating-point evaluation order (f32 accumulation in blocked dot
-// products here, BLAS there) through 18-30 residual layers, which moves logits of magnitude
-// ~10-30 by a few 1e-3 in practice. 0.02 absolute + 0.2% relative leaves margin while still
-// catching any real modelling error (a wrong norm, RoPE pair or scale moves logits by > 0.5).
-void check_close(double got, double want) {
-  CHECK(std::abs(got - want) <= 0.02 + 0.002 * std::abs(want));
-}
+// Tolerance on logits. With f32 activations (TESSERA_LINEAR=f32) our weights are dequantised to
+// the same f32 values as transformers'; what differs is only floating-point evaluation order
+// (f32 accumulation in blocked dot products here, BLAS there) through 18-30 residual layers,
+// which moves logits of magnitude ~10-30 by a few 1e-3 in practice. 0.02 absolute + 0.2%
+// relative leaves margin while still catching any real modelling error (a wrong norm, RoPE pair
+// or scale moves logits by > 0.5).
+// The default path rounds every linear's activations to int8 blocks (kernels/cpu/linear_q8.h),
+// as llama.cpp does; through 18-30 layers that moves top logits by up to ~0.8 (measured: 0.81
+// SmolLM2, 0.62 Gemma-3), so it gets a looser bound (kInt8Logits). Top-2 gaps of the goldens
+// go down to 0.04, so a free-running greedy continuation may leave the reference's at a near
+// tie and never come back; the int8 path is instead checked teacher-forced: fed the reference
+// continuation, its argmax must be the reference's next token at >= 33 of 40 positions
+// (measured: 35-40), and its top token must be among the reference's top 3 at every recorded
+// position. (The integer path gives the same bits on every instruction set.)
+struct LogitTolerance {
+  double absolute, relative;
+  int min_matched;      // of 40 continuation tokens
+  bool teacher_forced;  // false: free-running greedy, the reference's top token required
+};
+constexpr LogitTolerance kPreciseLogits{0.02, 0.002, 32, false};
+constexpr LogitTolerance kInt8Logits{0.5, 0.03, 33, true};
 
-void check_against_golden(const ModelCase& m) {
+void check_against_golden(const ModelCase& m, const LogitTolerance& tol) {
+  double worst = 0;
   json ref = golden(m);
   int64_t longest = 0;
   for (const json& p : ref["prompts"]) longest = std::max<int64_t>(longest, static_cast<int64_t>(p["ids"].size()));
@@ -55,12 +70,34 @@ void check_against_golden(const ModelCase& m) {
       const int64_t pos = at["pos"].get<int64_t>();
       CAPTURE(pos);
       std::vector<float> row = logits_row(*s, pos, vocab);
-      CHECK(argmax(row) == at["top"][0][0].get<int32_t>());
-      for (const json& pair : at["top"]) check_close(row[pair[0].get<size_t>()], pair[1].get<double>());
+      const int32_t top = argmax(row);
+      if (tol.teacher_forced)
+        CHECK((top == at["top"][0][0].get<int32_t>() || top == at["top"][1][0].get<int32_t>() ||
+               top == at["top"][2][0].get<int32_t>()));
+      else
+        CHECK(top == at["top"][0][0].get<int32_t>());
+      for (const json& pair : at["top"]) {
+        const double got = row[pair[0].get<size_t>()], want = pair[1].get<double>();
+        worst = std::max(worst, std::abs(got - want));
+        CHECK(std::abs(got - want) <= tol.absolute + tol.relative * std::abs(want));
+      }
     }
-    // Greedy continuation: at least 32 tokens must match.
     const std::vector<int32_t> want = p["greedy"]["token_ids"].get<std::vector<int32_t>>();
     int64_t t = static_cast<int64_t>(ids.size());
+    if (tol.teacher_forced) {
+      const int64_t n = std::min<int64_t>(40, static_cast<int64_t>(want.size()));
+      s->write("ids", Box{{t, t + n - 1}}, std::vector<int32_t>(want.begin(), want.begin() + n - 1));
+      const std::vector<float> rows = s->read<float>("logits", Box{{t - 1, t + n - 1}, {0, vocab}});
+      int matched = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const std::vector<float> one(rows.begin() + i * vocab, rows.begin() + (i + 1) * vocab);
+        matched += argmax(one) == want[static_cast<size_t>(i)];
+      }
+      CHECK(matched >= tol.min_matched);
+      MESSAGE(std::string(m.golden), " ", p["name"].get<std::string>(), ": ", matched, " of ", n, " teacher-forced tokens agree");
+      continue;
+    }
+    // Greedy continuation: at least 32 tokens must match.
     std::vector<float> row = logits_row(*s, t - 1, vocab);
     int matched = 0;
     for (size_t i = 0; i < want.size() && i < 40; ++i, ++t) {
@@ -70,20 +107,31 @@ void check_against_golden(const ModelCase& m) {
       s->write("ids", Box{{t, t + 1}}, std::vector<int32_t>{next});
       row = logits_row(*s, t, vocab);
     }
-    CHECK(matched >= 32);
+    CHECK(matched >= tol.min_matched);
   }
+  MESSAGE(std::string(m.golden), ": largest top-10 logit difference ", worst);
 }
 
 int64_t row_elements(const Node& n) { return n.shape.empty() ? 1 : n.volume() / n.shape[0]; }
 
 }  // namespace
 
-TEST_CASE("llm: SmolLM2 logits and greedy continuation match transformers") {
-  if (have(kSmol)) check_against_golden(kSmol);
+TEST_CASE("llm: SmolLM2 logits and greedy continuation match transformers (f32 activations)") {
+  const ScopedEnv precise("TESSERA_LINEAR", "f32");
+  if (have(kSmol)) check_against_golden(kSmol, kPreciseLogits);
 }
 
-TEST_CASE("llm: Gemma-3 logits and greedy continuation match transformers") {
-  if (have(kGemma)) check_against_golden(kGemma);
+TEST_CASE("llm: Gemma-3 logits and greedy continuation match transformers (f32 activations)") {
+  const ScopedEnv precise("TESSERA_LINEAR", "f32");
+  if (have(kGemma)) check_against_golden(kGemma, kPreciseLogits);
+}
+
+TEST_CASE("llm: SmolLM2 with int8 activations stays within the int8 bound of transformers") {
+  if (have(kSmol)) check_against_golden(kSmol, kInt8Logits);
+}
+
+TEST_CASE("llm: Gemma-3 with int8 activations stays within the int8 bound of transformers") {
+  if (have(kGemma)) check_against_golden(kGemma, kInt8Logits);
 }
 
 TEST_CASE("llm: decode computes one row of every non-attention node, bitwise equal to a fresh prefix") {

@@ -6,6 +6,7 @@
 #include "kernels/quant.h"
 #include "tests/support/op_harness.h"
 #include "tests/support/quant_blocks.h"
+#include "tests/support/scoped_env.h"
 
 using namespace tessera;
 using tessera::testing::check_rules;
@@ -48,6 +49,8 @@ TEST_CASE("ops: linear exact rules") {
 }
 
 TEST_CASE("ops: linear and gather with quantised weights match dequantised float weights") {
+  // f32 activations: the default int8 path rounds x (tests/kernels/linear_q8_test.cc).
+  const tessera::testing::ScopedEnv precise("TESSERA_LINEAR", "f32");
   std::mt19937_64 rng(11);
   for (DType dtype : tessera::testing::kQuantizedDTypes) {
     CAPTURE(dtype_name(dtype));

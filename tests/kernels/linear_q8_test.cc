@@ -1,0 +1,243 @@
+// The integer linear path (kernels/cpu/linear_q8.h): int8 activations against every weight
+// dtype it covers, on every instruction set this CPU has, including AVX-512 VNNI.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/linear_q8.h"
+#include "kernels/quant.h"
+#include "tests/kernels/kernel_fixture.h"
+#include "tests/support/quant_blocks.h"
+
+using namespace tessera;
+using tessera::kernel_testing::OpFixture;
+
+namespace {
+
+constexpr DType kCovered[] = {DType::Q8_0, DType::Q5_0, DType::Q4_1, DType::Q4_K, DType::Q6_K};
+
+std::vector<cpu::Isa> all_isas() {
+  std::vector<cpu::Isa> isas;
+  for (cpu::Isa isa : {cpu::Isa::Portable, cpu::Isa::Avx2, cpu::Isa::Avx512, cpu::Isa::Avx512Vnni})
+    if (cpu::isa_supported(isa)) isas.push_back(isa);
+  return isas;
+}
+
+struct Case {
+  OpFixture f;
+  std::vector<uint8_t> weights;
+  Shape x_shape;
+  int64_t n = 0, k = 0;
+  DType dtype = DType::Q8_0;
+
+  int64_t rows() const { return shape_volume(x_shape) / k; }
+  const float* x() const { return reinterpret_cast<const float*>(f.buffers[0].data()); }
+  KernelFn kernel(cpu::Isa isa) const { return cpu::linear_kernel_with(f.graph, f.node(), isa, true); }
+};
+
+void build(Case& c, DType dtype, const Shape& x_shape, int64_t n, std::mt19937_64& rng) {
+  c.dtype = dtype;
+  c.x_shape = x_shape;
+  c.k = x_shape.back();
+  c.n = n;
+  c.weights = testing::random_quantized(dtype, n, c.k, rng);
+  Tensor x = c.f.graph.input("x", x_shape, DType::F32);
+  Tensor w = c.f.graph.constant({n, c.k}, dtype, std::as_bytes(std::span<const uint8_t>(c.weights)));
+  c.f.out = linear(x, w);
+  c.f.prepare(rng, {testing::ValueRange{-1.0, 1.0}});
+}
+
+// Bound on |int8 path - reference| per output element. Quantising x block by block moves each
+// x_k by at most half a step d_x = amax / 127 (plus a rounding of x * (127 / amax)), so the dot
+// product moves by at most sum_k |w_k| (d_x / 2 (1 + 2^-20) + 2^-22 |x_k|). On top come float
+// roundings of both computations (the scales' products, the lanes' sums, the reference's own
+// dequantisation and sum): (K / 8 + 16) 2^-22 sum_k (|w_k| + m_k) (|x_k| + d_x), with m_k the
+// largest |w| of k's weight block (a dequantised K-quant value is a difference of two terms of
+// at most that size).
+std::vector<double> tolerances(const Case& c) {
+  std::vector<float> w(static_cast<size_t>(c.n * c.k));
+  quant::dequantize_row(c.dtype, c.weights.data(), w.data(), c.n * c.k);
+  const int64_t a = cpu::q8::activation_block(c.dtype), wb = dtype_block_size(c.dtype);
+  std::vector<double> tol(static_cast<size_t>(c.rows() * c.n));
+  std::vector<double> step(static_cast<size_t>(c.k));
+  for (int64_t r = 0; r < c.rows(); ++r) {
+    const float* x = c.x() + r * c.k;
+    for (int64_t k0 = 0; k0 < c.k; k0 += a) {
+      double amax = 0;
+      for (int64_t k = k0; k < k0 + a; ++k) amax = std::max(amax, std::fabs(double{x[k]}));
+      for (int64_t k = k0; k < k0 + a; ++k) step[static_cast<size_t>(k)] = amax / 127;
+    }
+    for (int64_t j = 0; j < c.n; ++j) {
+      const float* wj = w.data() + j * c.k;
+      double quantisation = 0, rounding = 0;
+      for (int64_t k0 = 0; k0 < c.k; k0 += wb) {
+        double block_max = 0;
+        for (int64_t k = k0; k < k0 + wb; ++k) block_max = std::max(block_max, std::fabs(double{wj[k]}));
+        for (int64_t k = k0; k < k0 + wb; ++k) {
+          const double wk = std::fabs(double{wj[k]}), xk = std::fabs(double{x[k]}), dk = step[static_cast<size_t>(k)];
+          quantisation += wk * (dk / 2 * (1 + 0x1p-20) + 0x1p-22 * xk);
+          rounding += (wk + block_max) * (xk + dk);
+        }
+      }
+      tol[static_cast<size_t>(r * c.n + j)] =
+          quantisation + (static_cast<double>(c.k) / 8 + 16) * 0x1p-22 * rounding + 1e-30;
+    }
+  }
+  return tol;
+}
+
+Shape random_x_shape(std::mt19937_64& rng, int64_t k) {
+  Shape s;
+  if (rng() % 3 == 0) s.push_back(static_cast<int64_t>(rng() % 3) + 1);  // a batch dim
+  s.push_back(static_cast<int64_t>(rng() % 9) + 1);
+  s.push_back(k);
+  return s;
+}
+
+int64_t random_k(std::mt19937_64& rng, DType dtype) {
+  const int64_t block = cpu::q8::activation_block(dtype);
+  return block * (static_cast<int64_t>(rng() % (block == 32 ? 12 : 4)) + 1);
+}
+
+void check_equal(const std::vector<float>& a, const std::vector<float>& b, const char* what) {
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) FAIL(what, ": element ", i, ": ", a[i], " vs ", b[i]);
+}
+
+}  // namespace
+
+TEST_CASE("kernels: linear_q8 is chosen for the covered dtypes unless TESSERA_LINEAR=f32") {
+  std::mt19937_64 rng(30);
+  for (DType dtype : kCovered) {
+    Case c;
+    build(c, dtype, {2, 256}, 3, rng);
+    for (cpu::Isa isa : all_isas()) {
+      CHECK(static_cast<bool>(c.kernel(isa)));
+      CHECK(bool(c.kernel(isa) == cpu::q8::kernel(dtype, isa)));
+      CHECK(bool(cpu::linear_kernel_with(c.f.graph, c.f.node(), isa, false) != cpu::q8::kernel(dtype, isa)));
+    }
+  }
+  CHECK(cpu::q8::activation_block(DType::Q5_K) == 0);  // not covered: the f32 path runs
+}
+
+TEST_CASE("kernels: linear_q8 is within the quantisation bound and bitwise equal on every ISA") {
+  const uint64_t seed = 31;
+  std::mt19937_64 rng(seed);
+  for (DType dtype : kCovered) {
+    for (int trial = 0; trial < 5; ++trial) {
+      Case c;
+      const int64_t k = random_k(rng, dtype);
+      build(c, dtype, random_x_shape(rng, k), static_cast<int64_t>(rng() % 40) + 1, rng);
+      CAPTURE(seed);
+      CAPTURE(trial);
+      CAPTURE(std::string(dtype_name(dtype)));
+      CAPTURE(shape_string(c.x_shape));
+      CAPTURE(c.n);
+      const Box full = Box::full(c.f.node().shape);
+      const std::vector<float> ref = c.f.run(ref::reference_kernel(OpKind::Linear), full);
+      const std::vector<float> portable = c.f.run(c.kernel(cpu::Isa::Portable), full);
+      const std::vector<double> tol = tolerances(c);
+      for (size_t i = 0; i < ref.size(); ++i)
+        if (!(std::fabs(double{portable[i]} - ref[i]) <= tol[i]))
+          FAIL("element ", i, ": int8 path ", portable[i], " vs reference ", ref[i], " (bound ", tol[i], ")");
+      for (cpu::Isa isa : all_isas()) {
+        const std::string isa_label = cpu::isa_name(isa);
+        CAPTURE(isa_label);
+        check_equal(c.f.run(c.kernel(isa), full), portable, "ISA vs portable");
+      }
+    }
+  }
+}
+
+TEST_CASE("kernels: linear_q8 sub-boxes are bitwise equal to the full box") {
+  const uint64_t seed = 32;
+  std::mt19937_64 rng(seed);
+  for (DType dtype : kCovered) {
+    for (int trial = 0; trial < 3; ++trial) {
+      Case c;
+      // Widths up to 70 cross the 16-column items and the 4- and 2-column tiles.
+      build(c, dtype, random_x_shape(rng, random_k(rng, dtype)), static_cast<int64_t>(rng() % 70) + 1, rng);
+      CAPTURE(seed);
+      CAPTURE(trial);
+      CAPTURE(std::string(dtype_name(dtype)));
+      CAPTURE(shape_string(c.x_shape));
+      for (cpu::Isa isa : all_isas()) kernel_testing::check_sub_boxes(c.f, isa, rng);
+    }
+  }
+}
+
+TEST_CASE("kernels: linear_q8 gives the same bits for one row and for chunks of many rows") {
+  // 150 rows cross the 64-row quantisation chunks and the 4-row tiles.
+  std::mt19937_64 rng(33);
+  for (DType dtype : kCovered) {
+    Case c;
+    build(c, dtype, {150, 512}, 37, rng);
+    CAPTURE(std::string(dtype_name(dtype)));
+    for (cpu::Isa isa : all_isas()) {
+      const KernelFn fast = c.kernel(isa);
+      const std::vector<float> full = c.f.run(fast, Box{{0, 150}, {0, 37}});
+      for (int64_t row : {0, 1, 63, 64, 127, 149}) {
+        const std::vector<float> one = c.f.run(fast, Box{{row, row + 1}, {0, 37}});
+        CHECK(std::memcmp(one.data(), full.data() + row * 37, 37 * sizeof(float)) == 0);
+      }
+      const std::vector<float> middle = c.f.run(fast, Box{{61, 70}, {5, 30}});
+      for (int64_t r = 0; r < 9; ++r)
+        CHECK(std::memcmp(middle.data() + r * 25, full.data() + (61 + r) * 37 + 5, 25 * sizeof(float)) == 0);
+    }
+  }
+}
+
+TEST_CASE("kernels: linear_q8 reads a strided x like a contiguous one, and zero rows give zeros") {
+  std::mt19937_64 rng(34);
+  for (DType dtype : kCovered) {
+    Case c;
+    const int64_t m = 5, k = 512;
+    build(c, dtype, {m, k}, 9, rng);
+    auto* x = reinterpret_cast<float*>(c.f.buffers[0].data());
+    std::fill(x + 2 * k, x + 3 * k, 0.0f);  // row 2: amax 0
+    CAPTURE(std::string(dtype_name(dtype)));
+    std::vector<float> transposed(static_cast<size_t>(m * k));
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < k; ++j) transposed[j * m + i] = x[i * k + j];
+    for (cpu::Isa isa : all_isas()) {
+      const KernelFn fast = c.kernel(isa);
+      const Box full = Box::full(c.f.node().shape);
+      const std::vector<float> expected = c.f.run(fast, full);
+      for (int64_t j = 0; j < 9; ++j) CHECK(expected[2 * 9 + j] == 0.0f);
+      std::vector<TensorView> views = c.f.views;
+      views[0].data = transposed.data();
+      views[0].strides[0] = 1;
+      views[0].strides[1] = m;
+      std::vector<float> result(static_cast<size_t>(full.volume()));
+      TensorView out = dense_view(result.data(), DType::F32, full);
+      REQUIRE(fast(KernelCall{c.f.graph, c.f.node(), views, out, full}).ok());
+      check_equal(result, expected, "strided x");
+    }
+  }
+}
+
+TEST_CASE("kernels: linear_q8 quantises each activation to within half a step of its block scale") {
+  std::mt19937_64 rng(35);
+  std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+  for (int64_t block : {32, 256}) {
+    const cpu::q8::RowLayout layout(1024, block);
+    std::vector<float> x(1024);
+    for (float& v : x) v = u(rng);
+    std::vector<std::byte> a(static_cast<size_t>(layout.row_bytes)), b(a.size());
+    cpu::q8::quantize_row_portable(x.data(), 1, layout, a.data());
+    const cpu::q8::QRow q = cpu::q8::qrow(a.data(), layout);
+    for (int64_t i = 0; i < 1024; ++i) {
+      const double d = q.d[i / block];
+      CHECK(std::fabs(q.q[i] * d - x[static_cast<size_t>(i)]) <= d / 2 * (1 + 1e-5) + 1e-6);
+    }
+    int32_t total = 0;
+    for (int64_t i = 0; i < 32; ++i) total += q.q[i];
+    CHECK(total == q.sums[0]);
+  }
+}
