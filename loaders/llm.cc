@@ -136,6 +136,8 @@ void LlmModel::build() {
     x = x + f;
   }
   x = rms_norm(x, weight("output_norm.weight"), c.rms_eps);
+  hidden_ = x;
+  g.output("hidden", hidden_);
   logits_ = linear(x, c.tied_output ? embedding : weight("output.weight"));
   if (c.final_softcap > 0) {
     Tensor cap = g.scalar(static_cast<float>(c.final_softcap));

@@ -46,7 +46,9 @@ struct LlmConfig {
 LlmConfig read_llm_config(const GgufFile& file);
 
 // A model graph over a fixed context capacity. Input "ids" [capacity] i32 holds the token ids
-// (row t = position t); output "logits" [capacity, vocab] f32. Writing token t and reading
+// (row t = position t); output "logits" [capacity, vocab] f32, and output "hidden"
+// [capacity, dim] f32, the final normalised hidden states (the conditioning a text encoder
+// gives; reading it never computes the output projection). Writing token t and reading
 // logits row t is one decode step; the K/V cache is the kept values of the attention inputs.
 class LlmModel {
  public:
@@ -58,6 +60,7 @@ class LlmModel {
   const Graph& graph() const { return graph_; }
   int64_t capacity() const { return capacity_; }
   Tensor logits() const { return logits_; }
+  Tensor hidden() const { return hidden_; }
   const std::vector<Tensor>& keys() const { return keys_; }
   const std::vector<Tensor>& values() const { return values_; }
 
@@ -79,7 +82,7 @@ class LlmModel {
   LlmConfig config_;
   int64_t capacity_ = 0;
   Graph graph_;
-  Tensor logits_;
+  Tensor logits_, hidden_;
   std::vector<Tensor> keys_, values_;
 };
 
