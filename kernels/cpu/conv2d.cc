@@ -1,0 +1,256 @@
+// Optimised f32 conv2d (semantics at the definition block in engine/ops_nn.cc): direct
+// convolution vectorised along the output width, with register blocks of output channels.
+//
+// For each output row of the box and each group it touches, the input rows that row reads
+// (every input channel of the group, every kernel row) are packed into scratch: zero-padded,
+// restricted to the columns the box's chunk needs, and split into stride_w phases so that every
+// tap reads contiguous floats whatever the stride and dilation. A micro-kernel
+// (conv2d_internal.h) then accumulates blocks of output channels x output pixels in registers.
+//
+// Exactness (DESIGN.md section 1): every output element gets acc = 0, then one fused (AVX2,
+// AVX-512) or unfused (portable) multiply-add per tap in the order (input channel, kh, kw), taps
+// in the padding included as products with zero, then acc + bias. Boxes, tiles, chunks and
+// register blocks only choose which elements are computed together, never this sequence.
+//
+// Scratch (the call's): the packed rows of one group for one chunk of at most kChunk output
+// columns, the tap offsets and one block of accumulators.
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "engine/ops.h"
+#include "kernels/cpu/conv2d_internal.h"
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace tessera::cpu {
+
+namespace conv {
+namespace portable {
+namespace {
+
+// Written for GCC's vectoriser: fixed-size lane loops over plain arrays.
+constexpr int kLanes = 8, kMaxChannels = 4, kMaxVectors = 2;
+
+template <int kChannels, int kVectors>
+void micro(const ConvTile& t, int64_t q0, float* out) {
+  constexpr int kWidth = kVectors * kLanes;
+  float acc[kChannels][kWidth] = {};
+  const int64_t ws_o = t.weight_strides[0], ws_w = t.weight_strides[3];
+  for (int64_t c = 0; c < t.channels; ++c) {
+    for (int64_t kh = 0; kh < t.kernel_h; ++kh) {
+      const float* row = t.rows + (c * t.kernel_h + kh) * t.row_stride + q0;
+      const float* w = t.weight + c * t.weight_strides[1] + kh * t.weight_strides[2];
+      for (int64_t kw = 0; kw < t.kernel_w; ++kw) {
+        const float* x = row + t.tap_offset[kw];
+        for (int j = 0; j < kChannels; ++j) {
+          const float b = w[kw * ws_w + j * ws_o];
+          for (int i = 0; i < kWidth; ++i) acc[j][i] += x[i] * b;
+        }
+      }
+    }
+  }
+  for (int j = 0; j < kChannels; ++j) std::memcpy(out + j * kMaxBlockPixels, acc[j], sizeof(acc[j]));
+}
+
+template <size_t... kIndex>
+MicroTable make_table(std::index_sequence<kIndex...>) {
+  MicroTable table;
+  table.lanes = kLanes;
+  table.max_channels = kMaxChannels;
+  table.max_vectors = kMaxVectors;
+  ((table.fns[kIndex] =
+        &micro<static_cast<int>(kIndex) / kMaxVectors + 1, static_cast<int>(kIndex) % kMaxVectors + 1>),
+   ...);
+  return table;
+}
+
+}  // namespace
+}  // namespace portable
+
+const MicroTable& portable_micro_table() {
+  static const MicroTable table =
+      portable::make_table(std::make_index_sequence<portable::kMaxChannels * portable::kMaxVectors>());
+  return table;
+}
+
+}  // namespace conv
+
+namespace {
+
+using conv::ConvTile;
+using conv::MicroTable;
+
+// Output columns packed at once: bounds the scratch whatever the image width.
+constexpr int64_t kChunk = 256;
+// Every table's lanes divide this; packed rows are padded to it.
+constexpr int64_t kMaxLanes = 16;
+
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// The conv's sizes, from the node and its inputs' full shapes.
+struct Geometry {
+  int64_t height = 0, width = 0;      // input
+  int64_t out_height = 0, out_width = 0;
+  int64_t kernel_h = 0, kernel_w = 0;
+  int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dil_h = 1, dil_w = 1;
+  int64_t in_per_group = 1, out_per_group = 1;
+
+  // Floats of one phase of a packed row for a chunk of `columns` output columns.
+  int64_t phase_len(int64_t columns) const {
+    return round_up(columns, kMaxLanes) + (kernel_w - 1) * dil_w / stride_w;
+  }
+  int64_t row_stride(int64_t columns) const { return round_up(stride_w * phase_len(columns), kMaxLanes); }
+  int64_t rows_floats() const { return in_per_group * kernel_h * row_stride(std::min(out_width, kChunk)); }
+};
+
+Geometry geometry_of(const Conv2dAttrs& a, const Shape& x, const Shape& weight, const Shape& out) {
+  Geometry g;
+  g.height = x[2];
+  g.width = x[3];
+  g.out_height = out[2];
+  g.out_width = out[3];
+  g.kernel_h = weight[2];
+  g.kernel_w = weight[3];
+  g.stride_h = a.stride_h;
+  g.stride_w = a.stride_w;
+  g.pad_h = a.pad_h;
+  g.pad_w = a.pad_w;
+  g.dil_h = a.dilation_h;
+  g.dil_w = a.dilation_w;
+  g.in_per_group = weight[1];
+  g.out_per_group = weight[0] / a.groups;
+  return g;
+}
+
+// Packs the rows output row `oh` of sample `n` reads from input channels [c0, c0 + in_per_group)
+// for output columns [ow0, ow0 + columns) (layout in conv2d_internal.h). Reads only inside the
+// input box the needed rule names; everything else is zero.
+void pack_rows(const Geometry& g, const TensorView& x, int64_t n, int64_t c0, int64_t oh, int64_t ow0,
+               int64_t columns, float* rows) {
+  const int64_t phase_len = g.phase_len(columns), row_stride = g.row_stride(columns);
+  const int64_t col0 = ow0 * g.stride_w;  // padded column of phase 0, entry 0
+  const int64_t needed = (columns - 1) * g.stride_w + (g.kernel_w - 1) * g.dil_w + 1;
+  // Input columns [lo, hi) are needed and exist.
+  const int64_t lo = std::max<int64_t>(col0 - g.pad_w, 0);
+  const int64_t hi = std::min<int64_t>(col0 - g.pad_w + needed, g.width);
+  const int64_t step = x.strides[3];
+  for (int64_t c = 0; c < g.in_per_group; ++c) {
+    for (int64_t kh = 0; kh < g.kernel_h; ++kh) {
+      float* dst = rows + (c * g.kernel_h + kh) * row_stride;
+      const int64_t ih = oh * g.stride_h - g.pad_h + kh * g.dil_h;
+      std::memset(dst, 0, sizeof(float) * static_cast<size_t>(row_stride));
+      if (ih < 0 || ih >= g.height || lo >= hi) continue;
+      const int64_t at[4] = {n, c0 + c, ih, lo};
+      const float* src = x.at<const float>(at);  // input column lo
+      if (g.stride_w == 1 && step == 1) {
+        std::memcpy(dst + (lo + g.pad_w - col0), src, sizeof(float) * static_cast<size_t>(hi - lo));
+        continue;
+      }
+      for (int64_t col = lo; col < hi; ++col) {
+        const int64_t padded = col + g.pad_w - col0;  // >= 0
+        dst[(padded % g.stride_w) * phase_len + padded / g.stride_w] = src[(col - lo) * step];
+      }
+    }
+  }
+}
+
+// The box's output columns [ow0, ow0 + columns) of output row (n, oh), channels [o_begin, o_end)
+// of one group, from rows packed for that chunk.
+void compute_chunk(const KernelArgs& args, const MicroTable& table, ConvTile& tile, int64_t n, int64_t oh, int64_t o_begin, int64_t o_end, int64_t ow0, int64_t columns,
+                   float* acc) {
+  const TensorView& weight = args.inputs[1];
+  const bool has_bias = args.inputs.size() == 3;
+  const int64_t lanes = table.lanes, block = table.max_vectors * lanes;
+  const int64_t out_step = args.out.strides[3];
+  for (int64_t o0 = o_begin; o0 < o_end; o0 += table.max_channels) {
+    const int ocb = static_cast<int>(std::min<int64_t>(table.max_channels, o_end - o0));
+    const int64_t w_at[4] = {o0, 0, 0, 0};
+    tile.weight = weight.at<const float>(w_at);
+    for (int64_t q0 = 0; q0 < columns; q0 += block) {
+      const int64_t count = std::min(block, columns - q0);
+      const int wv = static_cast<int>((count + lanes - 1) / lanes);
+      table.at(ocb, wv)(tile, q0, acc);
+      for (int j = 0; j < ocb; ++j) {
+        const int64_t o = o0 + j;
+        const int64_t at[4] = {n, o, oh, ow0 + q0};
+        float* out = args.out.at<float>(at);
+        const float* a = acc + j * conv::kMaxBlockPixels;
+        if (has_bias) {
+          const float bias = *args.inputs[2].at<const float>(&o);
+          if (out_step == 1) {
+            for (int64_t i = 0; i < count; ++i) out[i] = a[i] + bias;
+          } else {
+            for (int64_t i = 0; i < count; ++i) out[i * out_step] = a[i] + bias;
+          }
+        } else {
+          for (int64_t i = 0; i < count; ++i) out[i * out_step] = a[i];
+        }
+      }
+    }
+  }
+}
+
+template <const MicroTable& (*kTable)()>
+absl::Status conv2d_f32(const KernelArgs& args) {
+  const Box& box = args.box;
+  if (box.empty()) return absl::OkStatus();
+  const MicroTable& table = kTable();
+  const Conv2dAttrs& a = args.node.attrs_as<Conv2dAttrs>();
+  const Geometry g = geometry_of(a, args.inputs[0].shape, args.inputs[1].shape, args.node.shape);
+  ScratchCarver carver(args.scratch);
+  float* rows = carver.take<float>(g.rows_floats());
+  int64_t* tap_offset = carver.take<int64_t>(g.kernel_w);
+  float* acc = carver.take<float>(conv::kMaxBlockChannels * conv::kMaxBlockPixels);
+  if (rows == nullptr || tap_offset == nullptr || acc == nullptr)
+    return absl::InternalError("[conv2d] kernel scratch too small");
+  ConvTile tile;
+  tile.rows = rows;
+  tile.channels = g.in_per_group;
+  tile.kernel_h = g.kernel_h;
+  tile.kernel_w = g.kernel_w;
+  tile.tap_offset = tap_offset;
+  for (int d = 0; d < 4; ++d) tile.weight_strides[d] = args.inputs[1].strides[static_cast<size_t>(d)];
+  const int64_t ow_begin = box.begin(3), ow_end = box.end(3);
+  for (int64_t ow0 = ow_begin; ow0 < ow_end; ow0 += kChunk) {
+    const int64_t columns = std::min(kChunk, ow_end - ow0);
+    const int64_t phase_len = g.phase_len(columns);
+    tile.row_stride = g.row_stride(columns);
+    for (int64_t kw = 0; kw < g.kernel_w; ++kw)
+      tap_offset[kw] = (kw * g.dil_w % g.stride_w) * phase_len + kw * g.dil_w / g.stride_w;
+    for (int64_t n = box.begin(0); n < box.end(0); ++n) {
+      for (int64_t oh = box.begin(2); oh < box.end(2); ++oh) {
+        for (int64_t o = box.begin(1); o < box.end(1);) {
+          const int64_t group = o / g.out_per_group;
+          const int64_t o_end = std::min(box.end(1), (group + 1) * g.out_per_group);
+          pack_rows(g, args.inputs[0], n, group * g.in_per_group, oh, ow0, columns, rows);
+          compute_chunk(args, table, tile, n, oh, o, o_end, ow0, columns, acc);
+          o = o_end;
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+KernelFn conv2d_kernel(const Graph& graph, const Node& node, Isa isa) {
+  if (node.dtype != DType::F32) return nullptr;
+  for (NodeId in : node.inputs)
+    if (graph.node(in).dtype != DType::F32) return nullptr;
+#if defined(__x86_64__)
+  if (isa == Isa::Avx512) return conv2d_f32<conv::avx512_micro_table>;
+  if (isa == Isa::Avx2) return conv2d_f32<conv::avx2_micro_table>;
+#endif
+  (void)isa;
+  return conv2d_f32<conv::portable_micro_table>;
+}
+
+int64_t conv2d_scratch_bytes(const Graph& graph, const Node& node, bool) {
+  const Geometry g = geometry_of(node.attrs_as<Conv2dAttrs>(), graph.node(node.inputs[0]).shape,
+                                 graph.node(node.inputs[1]).shape, node.shape);
+  return scratch_take_bytes<float>(g.rows_floats()) + scratch_take_bytes<int64_t>(g.kernel_w) +
+         scratch_take_bytes<float>(conv::kMaxBlockChannels * conv::kMaxBlockPixels);
+}
+
+}  // namespace tessera::cpu
