@@ -32,7 +32,7 @@ namespace {
 constexpr int kLanes = 8, kMaxChannels = 4, kMaxVectors = 2;
 
 template <int kChannels, int kVectors>
-void micro(const ConvTile& t, int64_t q0, float* out) {
+void micro(const ConvTile& t, int64_t q0, int64_t count, float* out, int64_t out_stride) {
   constexpr int kWidth = kVectors * kLanes;
   float acc[kChannels][kWidth] = {};
   const int64_t ws_o = t.weight_strides[0], ws_w = t.weight_strides[3];
@@ -49,7 +49,15 @@ void micro(const ConvTile& t, int64_t q0, float* out) {
       }
     }
   }
-  for (int j = 0; j < kChannels; ++j) std::memcpy(out + j * kMaxBlockPixels, acc[j], sizeof(acc[j]));
+  for (int j = 0; j < kChannels; ++j) {
+    float* dst = out + j * out_stride;
+    if (t.bias != nullptr) {
+      const float b = t.bias[j * t.bias_stride];
+      for (int64_t i = 0; i < count; ++i) dst[i] = acc[j][i] + b;
+    } else {
+      for (int64_t i = 0; i < count; ++i) dst[i] = acc[j][i];
+    }
+  }
 }
 
 template <size_t... kIndex>
@@ -99,7 +107,12 @@ struct Geometry {
   int64_t phase_len(int64_t columns) const {
     return round_up(columns, kMaxLanes) + (kernel_w - 1) * dil_w / stride_w;
   }
-  int64_t row_stride(int64_t columns) const { return round_up(stride_w * phase_len(columns), kMaxLanes); }
+  // An odd number of 64-byte lines, so that the rows a micro-kernel walks through spread over
+  // all sets of the L1 cache instead of a few (1 KiB strides thrash it).
+  int64_t row_stride(int64_t columns) const {
+    const int64_t floats = round_up(stride_w * phase_len(columns), kMaxLanes);
+    return floats % (2 * kMaxLanes) == 0 ? floats + kMaxLanes : floats;
+  }
   int64_t rows_floats() const { return in_per_group * kernel_h * row_stride(std::min(out_width, kChunk)); }
 };
 
@@ -146,46 +159,47 @@ void pack_rows(const Geometry& g, const TensorView& x, int64_t n, int64_t c0, in
         std::memcpy(dst + (lo + g.pad_w - col0), src, sizeof(float) * static_cast<size_t>(hi - lo));
         continue;
       }
-      for (int64_t col = lo; col < hi; ++col) {
-        const int64_t padded = col + g.pad_w - col0;  // >= 0
-        dst[(padded % g.stride_w) * phase_len + padded / g.stride_w] = src[(col - lo) * step];
+      // Phase r holds padded columns col0 + r + stride_w j: input columns from the first such
+      // column >= lo, every stride_w-th.
+      for (int64_t r = 0; r < g.stride_w; ++r) {
+        const int64_t first = col0 - g.pad_w + r;  // input column of entry 0
+        const int64_t j_begin = first >= lo ? 0 : (lo - first + g.stride_w - 1) / g.stride_w;
+        float* phase = dst + r * phase_len;
+        for (int64_t j = j_begin, col = first + j_begin * g.stride_w; col < hi; ++j, col += g.stride_w)
+          phase[j] = src[(col - lo) * step];
       }
     }
   }
 }
 
 // The box's output columns [ow0, ow0 + columns) of output row (n, oh), channels [o_begin, o_end)
-// of one group, from rows packed for that chunk.
-void compute_chunk(const KernelArgs& args, const MicroTable& table, ConvTile& tile, int64_t n, int64_t oh, int64_t o_begin, int64_t o_end, int64_t ow0, int64_t columns,
-                   float* acc) {
+// of one group, from rows packed for that chunk. Blocks go straight to the output when its rows
+// are contiguous, through `acc` otherwise.
+void compute_chunk(const KernelArgs& args, const MicroTable& table, ConvTile& tile, int64_t n, int64_t oh,
+                   int64_t o_begin, int64_t o_end, int64_t ow0, int64_t columns, float* acc) {
   const TensorView& weight = args.inputs[1];
-  const bool has_bias = args.inputs.size() == 3;
+  const TensorView* bias = args.inputs.size() == 3 ? &args.inputs[2] : nullptr;
   const int64_t lanes = table.lanes, block = table.max_vectors * lanes;
-  const int64_t out_step = args.out.strides[3];
+  const int64_t out_step = args.out.strides[3], out_channel_step = args.out.strides[1];
+  tile.bias_stride = bias != nullptr ? bias->strides[0] : 0;
   for (int64_t o0 = o_begin; o0 < o_end; o0 += table.max_channels) {
     const int ocb = static_cast<int>(std::min<int64_t>(table.max_channels, o_end - o0));
     const int64_t w_at[4] = {o0, 0, 0, 0};
     tile.weight = weight.at<const float>(w_at);
+    tile.bias = bias != nullptr ? bias->at<const float>(&o0) : nullptr;
     for (int64_t q0 = 0; q0 < columns; q0 += block) {
       const int64_t count = std::min(block, columns - q0);
       const int wv = static_cast<int>((count + lanes - 1) / lanes);
-      table.at(ocb, wv)(tile, q0, acc);
-      for (int j = 0; j < ocb; ++j) {
-        const int64_t o = o0 + j;
-        const int64_t at[4] = {n, o, oh, ow0 + q0};
-        float* out = args.out.at<float>(at);
-        const float* a = acc + j * conv::kMaxBlockPixels;
-        if (has_bias) {
-          const float bias = *args.inputs[2].at<const float>(&o);
-          if (out_step == 1) {
-            for (int64_t i = 0; i < count; ++i) out[i] = a[i] + bias;
-          } else {
-            for (int64_t i = 0; i < count; ++i) out[i * out_step] = a[i] + bias;
-          }
-        } else {
-          for (int64_t i = 0; i < count; ++i) out[i * out_step] = a[i];
-        }
+      const int64_t at[4] = {n, o0, oh, ow0 + q0};
+      float* out = args.out.at<float>(at);
+      if (out_step == 1) {
+        table.at(ocb, wv)(tile, q0, count, out, out_channel_step);
+        continue;
       }
+      table.at(ocb, wv)(tile, q0, count, acc, conv::kMaxBlockPixels);
+      for (int j = 0; j < ocb; ++j)
+        for (int64_t i = 0; i < count; ++i)
+          out[j * out_channel_step + i * out_step] = acc[j * conv::kMaxBlockPixels + i];
     }
   }
 }

@@ -28,11 +28,13 @@ struct ConvTile {
   const int64_t* tap_offset = nullptr;  // [kernel_w]
   const float* weight = nullptr;        // weight[o0][0][0][0] of the block's first channel
   int64_t weight_strides[4] = {};       // elements: o, c, kh, kw
+  const float* bias = nullptr;          // bias[o0], nullptr without bias
+  int64_t bias_stride = 0;
 };
 
-// Computes the block at pixel offset `q0` into acc[j * kMaxBlockPixels + i] (channel j < ocb,
-// pixel i < wv * lanes).
-using MicroFn = void (*)(const ConvTile& tile, int64_t q0, float* acc);
+// Computes the block at pixel offset `q0` and writes acc (+ bias) of channel j < ocb, pixel
+// i < count to out[j * out_stride + i] (count in ((wv - 1) * lanes, wv * lanes]).
+using MicroFn = void (*)(const ConvTile& tile, int64_t q0, int64_t count, float* out, int64_t out_stride);
 
 struct MicroTable {
   int lanes = 8;       // floats per vector
