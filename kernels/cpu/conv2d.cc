@@ -172,6 +172,16 @@ void pack_rows(const Geometry& g, const TensorView& x, int64_t n, int64_t c0, in
   }
 }
 
+// `total` items in the fewest blocks of at most `most`, of balanced sizes (the first ones one
+// larger): 10 vectors in blocks of 3 are 3, 3, 2, 2 rather than 3, 3, 3, 1, whose last block
+// would be bound by its loads.
+struct Split {
+  int64_t count, base, larger;
+  Split(int64_t total, int64_t most)
+      : count((total + most - 1) / most), base(total / count), larger(total % count) {}
+  int64_t size(int64_t block) const { return base + (block < larger ? 1 : 0); }
+};
+
 // The box's output columns [ow0, ow0 + columns) of output row (n, oh), channels [o_begin, o_end)
 // of one group, from rows packed for that chunk. Blocks go straight to the output when its rows
 // are contiguous, through `acc` otherwise.
@@ -179,17 +189,20 @@ void compute_chunk(const KernelArgs& args, const MicroTable& table, ConvTile& ti
                    int64_t o_begin, int64_t o_end, int64_t ow0, int64_t columns, float* acc) {
   const TensorView& weight = args.inputs[1];
   const TensorView* bias = args.inputs.size() == 3 ? &args.inputs[2] : nullptr;
-  const int64_t lanes = table.lanes, block = table.max_vectors * lanes;
+  const int64_t lanes = table.lanes;
   const int64_t out_step = args.out.strides[3], out_channel_step = args.out.strides[1];
   tile.bias_stride = bias != nullptr ? bias->strides[0] : 0;
-  for (int64_t o0 = o_begin; o0 < o_end; o0 += table.max_channels) {
-    const int ocb = static_cast<int>(std::min<int64_t>(table.max_channels, o_end - o0));
+  const int64_t vectors = (columns + lanes - 1) / lanes;
+  const Split channel_blocks(o_end - o_begin, table.max_channels);
+  const Split pixel_blocks(vectors, table.max_vectors);
+  for (int64_t cb = 0, o0 = o_begin; cb < channel_blocks.count; o0 += channel_blocks.size(cb++)) {
+    const int ocb = static_cast<int>(channel_blocks.size(cb));
     const int64_t w_at[4] = {o0, 0, 0, 0};
     tile.weight = weight.at<const float>(w_at);
     tile.bias = bias != nullptr ? bias->at<const float>(&o0) : nullptr;
-    for (int64_t q0 = 0; q0 < columns; q0 += block) {
-      const int64_t count = std::min(block, columns - q0);
-      const int wv = static_cast<int>((count + lanes - 1) / lanes);
+    for (int64_t pb = 0, v0 = 0; pb < pixel_blocks.count; v0 += pixel_blocks.size(pb++)) {
+      const int wv = static_cast<int>(pixel_blocks.size(pb));
+      const int64_t q0 = v0 * lanes, count = std::min(wv * lanes, columns - q0);
       const int64_t at[4] = {n, o0, oh, ow0 + q0};
       float* out = args.out.at<float>(at);
       if (out_step == 1) {
