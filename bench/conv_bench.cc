@@ -7,19 +7,22 @@
 // round, alternating with our rounds so that both see the same machine load.
 //
 // Usage: conv_bench [--rounds R] [--reps K] [--threads LIST] [--only TEXT] [--no-peer]
-//                   [--reference]
+//                   [--reference] [--cpu-time]
 //   --rounds R     rounds of (ours, peer) per thread count (default 3)
 //   --reps K       timed runs per shape and round (default 3), after one warm-up
 //   --threads LIST comma-separated thread counts (default 1,2)
 //   --only TEXT    shapes whose label contains TEXT
 //   --no-peer      skip PyTorch
 //   --reference    also time the reference backend once per shape (1 thread; slow)
+//   --cpu-time     time ours by process CPU time instead of wall time (for a busy machine,
+//                  1 thread; the peer keeps wall time)
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <memory>
 #include <random>
 #include <sstream>
@@ -78,7 +81,20 @@ struct Options {
   std::vector<int> threads = {1, 2};
   std::string only;
   bool peer = true, reference = false;
+  bool cpu_time = false;  // time by this process's CPU time (a busy machine, 1 thread)
 };
+
+bool g_cpu_time = false;
+
+// Seconds on the chosen clock: wall time, or this process's CPU time with --cpu-time.
+double now_seconds() {
+  if (g_cpu_time) {
+    timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 // One conv as a graph with random weights and bias, and a session over it.
 struct ConvRun {
@@ -121,13 +137,13 @@ struct ConvRun {
   double time_once() {
     session->write("x", in_box, input);
     const std::span<std::byte> out = std::as_writable_bytes(std::span<float>(output));
-    const auto start = std::chrono::steady_clock::now();
+    const double start = now_seconds();
     session->read("out", out_box, out);
-    const auto computed = std::chrono::steady_clock::now();
+    const double computed = now_seconds();
     session->read("out", out_box, out);
-    const auto copied = std::chrono::steady_clock::now();
-    copy_seconds = std::min(copy_seconds, std::chrono::duration<double>(copied - computed).count());
-    return std::chrono::duration<double>(computed - start).count();
+    const double copied = now_seconds();
+    copy_seconds = std::min(copy_seconds, copied - computed);
+    return computed - start;
   }
 };
 
@@ -159,6 +175,7 @@ double median_of(std::vector<double> v) {
 void print_usage(std::FILE* f) {
   std::fprintf(f,
                "usage: conv_bench [--rounds R] [--reps K] [--threads LIST] [--only TEXT] [--no-peer] [--reference]\n"
+               "                  [--cpu-time]\n"
                "Times our conv2d per TAEF2 / RDN layer shape through a GraphSession, beside PyTorch\n"
                "(bench/peer_torch_conv.py via .venv/bin/python) when available.\n");
 }
@@ -172,6 +189,8 @@ bool parse(int argc, char** argv, Options& o) {
       std::exit(0);
     } else if (arg == "--no-peer") {
       o.peer = false;
+    } else if (arg == "--cpu-time") {
+      o.cpu_time = true;
     } else if (arg == "--reference") {
       o.reference = true;
     } else if (const char* v = (arg == "--rounds" || arg == "--reps" || arg == "--threads" || arg == "--only")
@@ -205,6 +224,7 @@ int main(int argc, char** argv) {
   std::vector<ConvShape> shapes;
   for (const ConvShape& s : all_shapes())
     if (options.only.empty() || s.label.find(options.only) != std::string::npos) shapes.push_back(s);
+  g_cpu_time = options.cpu_time;
   const bool peer = options.peer && access(".venv/bin/python", X_OK) == 0;
   const size_t count = shapes.size();
   // ours[t][shape], theirs[t][shape]: seconds per run.

@@ -38,12 +38,17 @@ int64_t work_per_element(const Graph& graph, const Node& node) {
   }
 }
 
-// Tile `member` of `members` of `box`: cut along the outermost axis with at least `members`
-// elements (else the widest); cuts on the innermost axis fall on multiples of 64 elements.
+// Tile `member` of `members` of `box`: cut along the outermost axis that splits evenly (a
+// multiple of `members`, or at least 4 per member: 3 output channels on 2 threads would give one
+// thread twice the work of the other, so such an image splits along its rows), else the
+// outermost with at least `members` elements, else the widest; cuts on the innermost axis fall
+// on multiples of 64 elements.
 Box tile_of(const Box& box, int member, int members) {
   const int rank = box.rank();
   if (rank == 0) return member == 0 ? box : Box::of_rank(0);
   int axis = -1;
+  for (int d = 0; d < rank && axis < 0; ++d)
+    if (box.extent(d) >= members && (box.extent(d) % members == 0 || box.extent(d) >= 4 * members)) axis = d;
   for (int d = 0; d < rank && axis < 0; ++d)
     if (box.extent(d) >= members) axis = d;
   if (axis < 0) {

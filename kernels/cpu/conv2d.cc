@@ -1,10 +1,11 @@
 // Optimised f32 conv2d (semantics at the definition block in engine/ops_nn.cc): direct
 // convolution vectorised along the output width, with register blocks of output channels.
 //
-// For each output row of the box and each group it touches, the input rows that row reads
-// (every input channel of the group, every kernel row) are packed into scratch: zero-padded,
-// restricted to the columns the box's chunk needs, and split into stride_w phases so that every
-// tap reads contiguous floats whatever the stride and dilation. A micro-kernel
+// Per group the box touches, output row after output row, the input rows a row reads (every
+// input channel of the group) are packed into scratch: zero-padded, restricted to the columns
+// the box's chunk needs, and split into stride_w phases so that every tap reads contiguous floats
+// whatever the stride and dilation. Packed rows sit in a ring of (kernel_h - 1) * dilation_h + 1
+// slots, so consecutive output rows pack only the input rows they do not share. A micro-kernel
 // (conv2d_internal.h) then accumulates blocks of output channels x output pixels in registers.
 //
 // Exactness (DESIGN.md section 1): every output element gets acc = 0, then one fused (AVX2,
@@ -12,10 +13,11 @@
 // in the padding included as products with zero, then acc + bias. Boxes, tiles, chunks and
 // register blocks only choose which elements are computed together, never this sequence.
 //
-// Scratch (the call's): the packed rows of one group for one chunk of at most kChunk output
-// columns, the tap offsets and one block of accumulators.
+// Scratch (the call's): the ring of packed rows of one group for one chunk of at most kChunk
+// output columns, the ring's tags, row and tap offsets and one block of accumulators.
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <utility>
 
 #include "engine/ops.h"
@@ -38,7 +40,7 @@ void micro(const ConvTile& t, int64_t q0, int64_t count, float* out, int64_t out
   const int64_t ws_o = t.weight_strides[0], ws_w = t.weight_strides[3];
   for (int64_t c = 0; c < t.channels; ++c) {
     for (int64_t kh = 0; kh < t.kernel_h; ++kh) {
-      const float* row = t.rows + (c * t.kernel_h + kh) * t.row_stride + q0;
+      const float* row = t.rows + c * t.channel_stride + t.row_offset[kh] + q0;
       const float* w = t.weight + c * t.weight_strides[1] + kh * t.weight_strides[2];
       for (int64_t kw = 0; kw < t.kernel_w; ++kw) {
         const float* x = row + t.tap_offset[kw];
@@ -113,7 +115,8 @@ struct Geometry {
     const int64_t floats = round_up(stride_w * phase_len(columns), kMaxLanes);
     return floats % (2 * kMaxLanes) == 0 ? floats + kMaxLanes : floats;
   }
-  int64_t rows_floats() const { return in_per_group * kernel_h * row_stride(std::min(out_width, kChunk)); }
+  int64_t ring_slots() const { return (kernel_h - 1) * dil_h + 1; }
+  int64_t rows_floats() const { return in_per_group * ring_slots() * row_stride(std::min(out_width, kChunk)); }
 };
 
 Geometry geometry_of(const Conv2dAttrs& a, const Shape& x, const Shape& weight, const Shape& out) {
@@ -135,11 +138,11 @@ Geometry geometry_of(const Conv2dAttrs& a, const Shape& x, const Shape& weight, 
   return g;
 }
 
-// Packs the rows output row `oh` of sample `n` reads from input channels [c0, c0 + in_per_group)
-// for output columns [ow0, ow0 + columns) (layout in conv2d_internal.h). Reads only inside the
-// input box the needed rule names; everything else is zero.
-void pack_rows(const Geometry& g, const TensorView& x, int64_t n, int64_t c0, int64_t oh, int64_t ow0,
-               int64_t columns, float* rows) {
+// Packs input row `ih` (possibly in the padding) of channels [c0, c0 + in_per_group) of sample
+// `n` for output columns [ow0, ow0 + columns) into dst + c * channel_stride (layout in
+// conv2d_internal.h). Reads only inside the input box the needed rule names; the rest is zero.
+void pack_row(const Geometry& g, const TensorView& x, int64_t n, int64_t c0, int64_t ih, int64_t ow0,
+              int64_t columns, float* dst0, int64_t channel_stride) {
   const int64_t phase_len = g.phase_len(columns), row_stride = g.row_stride(columns);
   const int64_t col0 = ow0 * g.stride_w;  // padded column of phase 0, entry 0
   const int64_t needed = (columns - 1) * g.stride_w + (g.kernel_w - 1) * g.dil_w + 1;
@@ -147,27 +150,25 @@ void pack_rows(const Geometry& g, const TensorView& x, int64_t n, int64_t c0, in
   const int64_t lo = std::max<int64_t>(col0 - g.pad_w, 0);
   const int64_t hi = std::min<int64_t>(col0 - g.pad_w + needed, g.width);
   const int64_t step = x.strides[3];
+  const bool inside = ih >= 0 && ih < g.height && lo < hi;
   for (int64_t c = 0; c < g.in_per_group; ++c) {
-    for (int64_t kh = 0; kh < g.kernel_h; ++kh) {
-      float* dst = rows + (c * g.kernel_h + kh) * row_stride;
-      const int64_t ih = oh * g.stride_h - g.pad_h + kh * g.dil_h;
-      std::memset(dst, 0, sizeof(float) * static_cast<size_t>(row_stride));
-      if (ih < 0 || ih >= g.height || lo >= hi) continue;
-      const int64_t at[4] = {n, c0 + c, ih, lo};
-      const float* src = x.at<const float>(at);  // input column lo
-      if (g.stride_w == 1 && step == 1) {
-        std::memcpy(dst + (lo + g.pad_w - col0), src, sizeof(float) * static_cast<size_t>(hi - lo));
-        continue;
-      }
-      // Phase r holds padded columns col0 + r + stride_w j: input columns from the first such
-      // column >= lo, every stride_w-th.
-      for (int64_t r = 0; r < g.stride_w; ++r) {
-        const int64_t first = col0 - g.pad_w + r;  // input column of entry 0
-        const int64_t j_begin = first >= lo ? 0 : (lo - first + g.stride_w - 1) / g.stride_w;
-        float* phase = dst + r * phase_len;
-        for (int64_t j = j_begin, col = first + j_begin * g.stride_w; col < hi; ++j, col += g.stride_w)
-          phase[j] = src[(col - lo) * step];
-      }
+    float* dst = dst0 + c * channel_stride;
+    std::memset(dst, 0, sizeof(float) * static_cast<size_t>(row_stride));
+    if (!inside) continue;
+    const int64_t at[4] = {n, c0 + c, ih, lo};
+    const float* src = x.at<const float>(at);  // input column lo
+    if (g.stride_w == 1 && step == 1) {
+      std::memcpy(dst + (lo + g.pad_w - col0), src, sizeof(float) * static_cast<size_t>(hi - lo));
+      continue;
+    }
+    // Phase r holds padded columns col0 + r + stride_w j: input columns from the first such
+    // column >= lo, every stride_w-th.
+    for (int64_t r = 0; r < g.stride_w; ++r) {
+      const int64_t first = col0 - g.pad_w + r;  // input column of entry 0
+      const int64_t j_begin = first >= lo ? 0 : (lo - first + g.stride_w - 1) / g.stride_w;
+      float* phase = dst + r * phase_len;
+      for (int64_t j = j_begin, col = first + j_begin * g.stride_w; col < hi; ++j, col += g.stride_w)
+        phase[j] = src[(col - lo) * step];
     }
   }
 }
@@ -226,33 +227,47 @@ absl::Status conv2d_f32(const KernelArgs& args) {
   const Geometry g = geometry_of(a, args.inputs[0].shape, args.inputs[1].shape, args.node.shape);
   ScratchCarver carver(args.scratch);
   float* rows = carver.take<float>(g.rows_floats());
+  const int64_t slots = g.ring_slots();
+  int64_t* slot_row = carver.take<int64_t>(slots);  // the input row each ring slot holds
+  int64_t* row_offset = carver.take<int64_t>(g.kernel_h);
   int64_t* tap_offset = carver.take<int64_t>(g.kernel_w);
   float* acc = carver.take<float>(conv::kMaxBlockChannels * conv::kMaxBlockPixels);
-  if (rows == nullptr || tap_offset == nullptr || acc == nullptr)
+  if (rows == nullptr || slot_row == nullptr || row_offset == nullptr || tap_offset == nullptr || acc == nullptr)
     return absl::InternalError("[conv2d] kernel scratch too small");
   ConvTile tile;
   tile.rows = rows;
   tile.channels = g.in_per_group;
   tile.kernel_h = g.kernel_h;
   tile.kernel_w = g.kernel_w;
+  tile.row_offset = row_offset;
   tile.tap_offset = tap_offset;
   for (int d = 0; d < 4; ++d) tile.weight_strides[d] = args.inputs[1].strides[static_cast<size_t>(d)];
   const int64_t ow_begin = box.begin(3), ow_end = box.end(3);
   for (int64_t ow0 = ow_begin; ow0 < ow_end; ow0 += kChunk) {
     const int64_t columns = std::min(kChunk, ow_end - ow0);
-    const int64_t phase_len = g.phase_len(columns);
-    tile.row_stride = g.row_stride(columns);
+    const int64_t phase_len = g.phase_len(columns), row_stride = g.row_stride(columns);
+    tile.channel_stride = slots * row_stride;
     for (int64_t kw = 0; kw < g.kernel_w; ++kw)
       tap_offset[kw] = (kw * g.dil_w % g.stride_w) * phase_len + kw * g.dil_w / g.stride_w;
     for (int64_t n = box.begin(0); n < box.end(0); ++n) {
-      for (int64_t oh = box.begin(2); oh < box.end(2); ++oh) {
-        for (int64_t o = box.begin(1); o < box.end(1);) {
-          const int64_t group = o / g.out_per_group;
-          const int64_t o_end = std::min(box.end(1), (group + 1) * g.out_per_group);
-          pack_rows(g, args.inputs[0], n, group * g.in_per_group, oh, ow0, columns, rows);
+      for (int64_t o = box.begin(1); o < box.end(1);) {
+        const int64_t group = o / g.out_per_group;
+        const int64_t o_end = std::min(box.end(1), (group + 1) * g.out_per_group);
+        std::fill(slot_row, slot_row + slots, std::numeric_limits<int64_t>::min());
+        for (int64_t oh = box.begin(2); oh < box.end(2); ++oh) {
+          for (int64_t kh = 0; kh < g.kernel_h; ++kh) {
+            // Input rows are >= -pad_h, so the slot index is never negative.
+            const int64_t ih = oh * g.stride_h - g.pad_h + kh * g.dil_h;
+            const int64_t slot = (ih + g.pad_h) % slots;
+            row_offset[kh] = slot * row_stride;
+            if (slot_row[slot] == ih) continue;
+            pack_row(g, args.inputs[0], n, group * g.in_per_group, ih, ow0, columns, rows + slot * row_stride,
+                     tile.channel_stride);
+            slot_row[slot] = ih;
+          }
           compute_chunk(args, table, tile, n, oh, o, o_end, ow0, columns, acc);
-          o = o_end;
         }
+        o = o_end;
       }
     }
   }
@@ -276,7 +291,8 @@ KernelFn conv2d_kernel(const Graph& graph, const Node& node, Isa isa) {
 int64_t conv2d_scratch_bytes(const Graph& graph, const Node& node, bool) {
   const Geometry g = geometry_of(node.attrs_as<Conv2dAttrs>(), graph.node(node.inputs[0]).shape,
                                  graph.node(node.inputs[1]).shape, node.shape);
-  return scratch_take_bytes<float>(g.rows_floats()) + scratch_take_bytes<int64_t>(g.kernel_w) +
+  return scratch_take_bytes<float>(g.rows_floats()) + scratch_take_bytes<int64_t>(g.ring_slots()) +
+         scratch_take_bytes<int64_t>(g.kernel_h) + scratch_take_bytes<int64_t>(g.kernel_w) +
          scratch_take_bytes<float>(conv::kMaxBlockChannels * conv::kMaxBlockPixels);
 }
 

@@ -17,14 +17,16 @@ constexpr int kMaxBlockChannels = 8;
 constexpr int kMaxBlockPixels = 64;
 
 // One output row's input, packed: for input channel c (of the group) and kernel row kh, the
-// row at rows + (c * kernel_h + kh) * row_stride holds the zero-padded input row split into
-// `stride_w` phases of `phase_len` floats (phase r, entry j: padded column col0 + r + stride_w j).
-// Output pixel q (counted from the tile's first column) at tap kw reads entry q + tap_offset[kw].
+// input row it reads starts at rows + c * channel_stride + row_offset[kh] and holds the
+// zero-padded input row split into `stride_w` phases of `phase_len` floats (phase r, entry j:
+// padded column col0 + r + stride_w j). Output pixel q (counted from the chunk's first column)
+// at tap kw reads entry q + tap_offset[kw].
 struct ConvTile {
   const float* rows = nullptr;
-  int64_t row_stride = 0;
+  int64_t channel_stride = 0;
   int64_t channels = 0;  // input channels per group
   int64_t kernel_h = 0, kernel_w = 0;
+  const int64_t* row_offset = nullptr;  // [kernel_h]
   const int64_t* tap_offset = nullptr;  // [kernel_w]
   const float* weight = nullptr;        // weight[o0][0][0][0] of the block's first channel
   int64_t weight_strides[4] = {};       // elements: o, c, kh, kw
