@@ -14,8 +14,8 @@
 //   --only TEXT    shapes whose label contains TEXT
 //   --no-peer      skip PyTorch
 //   --reference    also time the reference backend once per shape (1 thread; slow)
-//   --cpu-time     time ours by process CPU time instead of wall time (for a busy machine,
-//                  1 thread; the peer keeps wall time)
+//   --cpu-time     time by process CPU time instead of wall time, ours and the peer's (for a
+//                  busy machine; meaningful with 1 thread only)
 #include <unistd.h>
 
 #include <algorithm>
@@ -152,7 +152,7 @@ bool run_peer(const std::vector<ConvShape>& shapes, int threads, int reps, std::
   std::string spec;
   for (const ConvShape& s : shapes) spec += (spec.empty() ? "" : ";") + s.spec();
   const std::string command = absl::StrCat(".venv/bin/python bench/peer_torch_conv.py --threads ", threads,
-                                           " --reps ", reps, " --shapes '", spec, "'");
+                                           " --reps ", reps, g_cpu_time ? " --cpu-time" : "", " --shapes '", spec, "'");
   std::FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return false;
   char line[4096];

@@ -1,10 +1,11 @@
 """Peer figures for bench/conv_bench.cc: the same conv2d layer shapes run by PyTorch on the CPU.
 
 Usage:
-    .venv/bin/python bench/peer_torch_conv.py --threads N --reps R --shapes SPEC
+    .venv/bin/python bench/peer_torch_conv.py --threads N --reps R --shapes SPEC [--cpu-time]
 SPEC is a ';'-separated list of "C,O,H,W,K,S,P" (input channels, output channels, input height
 and width, square kernel, stride, padding; N = 1, with bias). Prints one line per shape:
 "index seconds seconds ..." (R timed runs after one warm-up run), nothing else on stdout.
+--cpu-time times by the process's CPU time instead of wall time (a busy machine, 1 thread).
 """
 import argparse
 import sys
@@ -18,8 +19,10 @@ def main():
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--shapes", required=True)
+    parser.add_argument("--cpu-time", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    clock = time.process_time if args.cpu_time else time.perf_counter
     torch.manual_seed(0)
     with torch.inference_mode():
         for index, spec in enumerate(args.shapes.split(";")):
@@ -29,9 +32,9 @@ def main():
             conv(x)  # warm-up
             times = []
             for _ in range(args.reps):
-                start = time.perf_counter()
+                start = clock()
                 conv(x)
-                times.append(time.perf_counter() - start)
+                times.append(clock() - start)
             print(index, " ".join(f"{t:.9f}" for t in times), flush=True)
     return 0
 
