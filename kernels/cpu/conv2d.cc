@@ -33,8 +33,9 @@ namespace {
 // Written for GCC's vectoriser: fixed-size lane loops over plain arrays.
 constexpr int kLanes = 8, kMaxChannels = 4, kMaxVectors = 2;
 
-template <int kChannels, int kVectors>
+template <int kChannels, int kVectors, int kTaps>
 void micro(const ConvTile& t, int64_t q0, int64_t count, float* out, int64_t out_stride) {
+  const int64_t taps = kTaps > 0 ? kTaps : t.kernel_w;
   constexpr int kWidth = kVectors * kLanes;
   float acc[kChannels][kWidth] = {};
   const int64_t ws_o = t.weight_strides[0], ws_w = t.weight_strides[3];
@@ -42,7 +43,7 @@ void micro(const ConvTile& t, int64_t q0, int64_t count, float* out, int64_t out
     for (int64_t kh = 0; kh < t.kernel_h; ++kh) {
       const float* row = t.rows + c * t.channel_stride + t.row_offset[kh] + q0;
       const float* w = t.weight + c * t.weight_strides[1] + kh * t.weight_strides[2];
-      for (int64_t kw = 0; kw < t.kernel_w; ++kw) {
+      for (int64_t kw = 0; kw < taps; ++kw) {
         const float* x = row + t.tap_offset[kw];
         for (int j = 0; j < kChannels; ++j) {
           const float b = w[kw * ws_w + j * ws_o];
@@ -62,15 +63,22 @@ void micro(const ConvTile& t, int64_t q0, int64_t count, float* out, int64_t out
   }
 }
 
-template <size_t... kIndex>
-MicroTable make_table(std::index_sequence<kIndex...>) {
+template <int kTaps, size_t... kIndex>
+void fill_table(MicroFn* fns, std::index_sequence<kIndex...>) {
+  ((fns[kIndex] = &micro<static_cast<int>(kIndex) / kMaxVectors + 1, static_cast<int>(kIndex) % kMaxVectors + 1, kTaps>),
+   ...);
+}
+
+MicroTable make_table() {
   MicroTable table;
   table.lanes = kLanes;
   table.max_channels = kMaxChannels;
   table.max_vectors = kMaxVectors;
-  ((table.fns[kIndex] =
-        &micro<static_cast<int>(kIndex) / kMaxVectors + 1, static_cast<int>(kIndex) % kMaxVectors + 1>),
-   ...);
+  constexpr auto blocks = std::make_index_sequence<kMaxChannels * kMaxVectors>();
+  fill_table<0>(table.fns[0], blocks);
+  fill_table<1>(table.fns[1], blocks);
+  fill_table<3>(table.fns[2], blocks);
+  fill_table<5>(table.fns[3], blocks);
   return table;
 }
 
@@ -78,8 +86,7 @@ MicroTable make_table(std::index_sequence<kIndex...>) {
 }  // namespace portable
 
 const MicroTable& portable_micro_table() {
-  static const MicroTable table =
-      portable::make_table(std::make_index_sequence<portable::kMaxChannels * portable::kMaxVectors>());
+  static const MicroTable table = portable::make_table();
   return table;
 }
 
@@ -191,6 +198,7 @@ void compute_chunk(const KernelArgs& args, const MicroTable& table, ConvTile& ti
   const TensorView& weight = args.inputs[1];
   const TensorView* bias = args.inputs.size() == 3 ? &args.inputs[2] : nullptr;
   const int64_t lanes = table.lanes;
+  const conv::Taps taps = conv::taps_of(tile.kernel_w);
   const int64_t out_step = args.out.strides[3], out_channel_step = args.out.strides[1];
   tile.bias_stride = bias != nullptr ? bias->strides[0] : 0;
   const int64_t vectors = (columns + lanes - 1) / lanes;
@@ -207,10 +215,10 @@ void compute_chunk(const KernelArgs& args, const MicroTable& table, ConvTile& ti
       const int64_t at[4] = {n, o0, oh, ow0 + q0};
       float* out = args.out.at<float>(at);
       if (out_step == 1) {
-        table.at(ocb, wv)(tile, q0, count, out, out_channel_step);
+        table.at(taps, ocb, wv)(tile, q0, count, out, out_channel_step);
         continue;
       }
-      table.at(ocb, wv)(tile, q0, count, acc, conv::kMaxBlockPixels);
+      table.at(taps, ocb, wv)(tile, q0, count, acc, conv::kMaxBlockPixels);
       for (int j = 0; j < ocb; ++j)
         for (int64_t i = 0; i < count; ++i)
           out[j * out_channel_step + i * out_step] = acc[j * conv::kMaxBlockPixels + i];

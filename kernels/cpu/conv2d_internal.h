@@ -38,13 +38,21 @@ struct ConvTile {
 // i < count to out[j * out_stride + i] (count in ((wv - 1) * lanes, wv * lanes]).
 using MicroFn = void (*)(const ConvTile& tile, int64_t q0, int64_t count, float* out, int64_t out_stride);
 
+// Micro-kernels compiled for a fixed kernel width (unrolled tap loop) and for any.
+enum class Taps { Any = 0, One = 1, Three = 2, Five = 3 };
+inline Taps taps_of(int64_t kernel_w) {
+  return kernel_w == 1 ? Taps::One : kernel_w == 3 ? Taps::Three : kernel_w == 5 ? Taps::Five : Taps::Any;
+}
+
 struct MicroTable {
   int lanes = 8;       // floats per vector
   int max_channels = 1;  // largest ocb
   int max_vectors = 1;   // largest wv
-  // fns[(ocb - 1) * max_vectors + (wv - 1)]
-  MicroFn fns[kMaxBlockChannels * 4] = {};
-  MicroFn at(int ocb, int wv) const { return fns[(ocb - 1) * max_vectors + (wv - 1)]; }
+  // fns[taps][(ocb - 1) * max_vectors + (wv - 1)]
+  MicroFn fns[4][kMaxBlockChannels * 4] = {};
+  MicroFn at(Taps taps, int ocb, int wv) const {
+    return fns[static_cast<int>(taps)][(ocb - 1) * max_vectors + (wv - 1)];
+  }
 };
 
 const MicroTable& portable_micro_table();

@@ -67,14 +67,12 @@ inline void store_partial(float* p, Vec v, int64_t n) {
 #pragma GCC pop_options
 
 const MicroTable& avx2_micro_table() {
-  static const MicroTable table =
-      avx2::make_table(std::make_index_sequence<avx2::kMaxChannels * avx2::kMaxVectors>());
+  static const MicroTable table = avx2::make_table();
   return table;
 }
 
 const MicroTable& avx512_micro_table() {
-  static const MicroTable table =
-      avx512::make_table(std::make_index_sequence<avx512::kMaxChannels * avx512::kMaxVectors>());
+  static const MicroTable table = avx512::make_table();
   return table;
 }
 
