@@ -20,6 +20,10 @@
 #include <limits>
 #include <utility>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "engine/ops.h"
 #include "kernels/cpu/conv2d_internal.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -145,6 +149,30 @@ Geometry geometry_of(const Conv2dAttrs& a, const Shape& x, const Shape& weight, 
   return g;
 }
 
+// Stride 2 over a contiguous input row: entries j of both phases whose two input columns lie in
+// [lo, hi), four at a time with SSE shuffles (x86-64 baseline); sets [begin, end) to the
+// entries written (empty elsewhere), which the caller's scalar loop then skips.
+void deinterleave(const Geometry& g, int64_t col0, int64_t lo, int64_t hi, const float* src, float* dst,
+                  int64_t phase_len, int64_t& begin, int64_t& end) {
+#if defined(__SSE2__)
+  const int64_t first = col0 - g.pad_w;  // input column of phase 0, entry 0
+  begin = first >= lo ? 0 : (lo - first + 1) / 2;
+  const int64_t count = std::max<int64_t>((hi - first) / 2 - begin, 0) / 4 * 4;
+  end = begin + count;
+  const float* in = src + (first + 2 * begin - lo);
+  float* even = dst + begin;
+  float* odd = dst + phase_len + begin;
+  for (int64_t j = 0; j < count; j += 4) {
+    const __m128 a = _mm_loadu_ps(in + 2 * j), b = _mm_loadu_ps(in + 2 * j + 4);
+    _mm_storeu_ps(even + j, _mm_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)));
+    _mm_storeu_ps(odd + j, _mm_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+  }
+#else
+  (void)g, (void)col0, (void)lo, (void)hi, (void)src, (void)dst, (void)phase_len;
+  begin = end = 0;
+#endif
+}
+
 // Packs input row `ih` (possibly in the padding) of channels [c0, c0 + in_per_group) of sample
 // `n` for output columns [ow0, ow0 + columns) into dst + c * channel_stride (layout in
 // conv2d_internal.h). Reads only inside the input box the needed rule names; the rest is zero.
@@ -168,14 +196,22 @@ void pack_row(const Geometry& g, const TensorView& x, int64_t n, int64_t c0, int
       std::memcpy(dst + (lo + g.pad_w - col0), src, sizeof(float) * static_cast<size_t>(hi - lo));
       continue;
     }
+    int64_t split_begin = 0, split_end = 0;  // entries j already written to both phases
+    if (g.stride_w == 2 && step == 1) deinterleave(g, col0, lo, hi, src, dst, phase_len, split_begin, split_end);
     // Phase r holds padded columns col0 + r + stride_w j: input columns from the first such
     // column >= lo, every stride_w-th.
     for (int64_t r = 0; r < g.stride_w; ++r) {
       const int64_t first = col0 - g.pad_w + r;  // input column of entry 0
       const int64_t j_begin = first >= lo ? 0 : (lo - first + g.stride_w - 1) / g.stride_w;
       float* phase = dst + r * phase_len;
-      for (int64_t j = j_begin, col = first + j_begin * g.stride_w; col < hi; ++j, col += g.stride_w)
+      for (int64_t j = j_begin, col = first + j_begin * g.stride_w; col < hi; ++j, col += g.stride_w) {
+        if (j == split_begin && split_end > split_begin) {  // skip what deinterleave wrote
+          col += (split_end - j) * g.stride_w;
+          j = split_end;
+          if (col >= hi) break;
+        }
         phase[j] = src[(col - lo) * step];
+      }
     }
   }
 }
