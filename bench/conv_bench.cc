@@ -44,10 +44,12 @@ struct ConvShape {
   int64_t out_height() const { return (height + 2 * pad - kernel) / stride + 1; }
   int64_t out_width() const { return (width + 2 * pad - kernel) / stride + 1; }
   double flops() const {
-    return 2.0 * static_cast<double>(out_channels * out_height() * out_width() * channels * kernel * kernel);
+    return 2.0 * static_cast<double>(out_channels * out_height() * out_width() * channels * kernel *
+                                     kernel);
   }
   std::string spec() const {
-    return absl::StrCat(channels, ",", out_channels, ",", height, ",", width, ",", kernel, ",", stride, ",", pad);
+    return absl::StrCat(channels, ",", out_channels, ",", height, ",", width, ",", kernel, ",",
+                        stride, ",", pad);
   }
 };
 
@@ -148,11 +150,13 @@ struct ConvRun {
 };
 
 // Runs the peer for one round; appends its samples to samples[shape]. False when it failed.
-bool run_peer(const std::vector<ConvShape>& shapes, int threads, int reps, std::vector<std::vector<double>>& samples) {
+bool run_peer(const std::vector<ConvShape>& shapes, int threads, int reps,
+              std::vector<std::vector<double>>& samples) {
   std::string spec;
   for (const ConvShape& s : shapes) spec += (spec.empty() ? "" : ";") + s.spec();
-  const std::string command = absl::StrCat(".venv/bin/python bench/peer_torch_conv.py --threads ", threads,
-                                           " --reps ", reps, g_cpu_time ? " --cpu-time" : "", " --shapes '", spec, "'");
+  const std::string command =
+      absl::StrCat(".venv/bin/python bench/peer_torch_conv.py --threads ", threads, " --reps ",
+                   reps, g_cpu_time ? " --cpu-time" : "", " --shapes '", spec, "'");
   std::FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return false;
   char line[4096];
@@ -165,7 +169,9 @@ bool run_peer(const std::vector<ConvShape>& shapes, int threads, int reps, std::
   return pclose(pipe) == 0;
 }
 
-double min_of(const std::vector<double>& v) { return v.empty() ? 0 : *std::min_element(v.begin(), v.end()); }
+double min_of(const std::vector<double>& v) {
+  return v.empty() ? 0 : *std::min_element(v.begin(), v.end());
+}
 double median_of(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -173,11 +179,13 @@ double median_of(std::vector<double> v) {
 }
 
 void print_usage(std::FILE* f) {
-  std::fprintf(f,
-               "usage: conv_bench [--rounds R] [--reps K] [--threads LIST] [--only TEXT] [--no-peer] [--reference]\n"
-               "                  [--cpu-time]\n"
-               "Times our conv2d per TAEF2 / RDN layer shape through a GraphSession, beside PyTorch\n"
-               "(bench/peer_torch_conv.py via .venv/bin/python) when available.\n");
+  std::fprintf(
+      f,
+      "usage: conv_bench [--rounds R] [--reps K] [--threads LIST] [--only TEXT] [--no-peer] "
+      "[--reference]\n"
+      "                  [--cpu-time]\n"
+      "Times our conv2d per TAEF2 / RDN layer shape through a GraphSession, beside PyTorch\n"
+      "(bench/peer_torch_conv.py via .venv/bin/python) when available.\n");
 }
 
 bool parse(int argc, char** argv, Options& o) {
@@ -193,9 +201,10 @@ bool parse(int argc, char** argv, Options& o) {
       o.cpu_time = true;
     } else if (arg == "--reference") {
       o.reference = true;
-    } else if (const char* v = (arg == "--rounds" || arg == "--reps" || arg == "--threads" || arg == "--only")
-                                   ? value()
-                                   : nullptr) {
+    } else if (const char* v =
+                   (arg == "--rounds" || arg == "--reps" || arg == "--threads" || arg == "--only")
+                       ? value()
+                       : nullptr) {
       if (arg == "--rounds") o.rounds = std::max(1, std::atoi(v));
       if (arg == "--reps") o.reps = std::max(1, std::atoi(v));
       if (arg == "--only") o.only = v;
@@ -223,12 +232,14 @@ int main(int argc, char** argv) {
   }
   std::vector<ConvShape> shapes;
   for (const ConvShape& s : all_shapes())
-    if (options.only.empty() || s.label.find(options.only) != std::string::npos) shapes.push_back(s);
+    if (options.only.empty() || s.label.find(options.only) != std::string::npos)
+      shapes.push_back(s);
   g_cpu_time = options.cpu_time;
   const bool peer = options.peer && access(".venv/bin/python", X_OK) == 0;
   const size_t count = shapes.size();
   // ours[t][shape], theirs[t][shape]: seconds per run.
-  std::vector<std::vector<std::vector<double>>> ours(options.threads.size()), theirs(options.threads.size());
+  std::vector<std::vector<std::vector<double>>> ours(options.threads.size()),
+      theirs(options.threads.size());
   for (size_t t = 0; t < options.threads.size(); ++t) {
     const int threads = options.threads[t];
     std::fprintf(stderr, "%d thread(s): building %zu sessions\n", threads, count);
@@ -261,11 +272,14 @@ int main(int argc, char** argv) {
       reference[k] = run.time_once();
     }
   }
-  std::printf("conv2d f32 through a GraphSession (ms: min / median over %d rounds x %d runs; GFLOP/s at the min)\n",
-              options.rounds, options.reps);
+  std::printf(
+      "conv2d f32 through a GraphSession (ms: min / median over %d rounds x %d runs; GFLOP/s at "
+      "the min)\n",
+      options.rounds, options.reps);
   std::printf("%-30s %7s", "shape", "GFLOP");
   for (int threads : options.threads)
-    std::printf(" | %dt ours ms (GF/s)       %s", threads, peer ? "torch ms (GF/s)       ratio" : "");
+    std::printf(" | %dt ours ms (GF/s)       %s", threads,
+                peer ? "torch ms (GF/s)       ratio" : "");
   if (options.reference) std::printf(" | ref 1t ms  speed-up");
   std::printf("\n");
   double total_flops = 0;
@@ -281,7 +295,8 @@ int main(int argc, char** argv) {
       if (peer) {
         const double b = min_of(theirs[t][k]), bm = median_of(theirs[t][k]);
         total_theirs[t] += b;
-        std::printf(" %7.2f/%7.2f (%5.1f) %5.2f", b * 1e3, bm * 1e3, b > 0 ? gflop / b : 0.0, b > 0 ? a / b : 0.0);
+        std::printf(" %7.2f/%7.2f (%5.1f) %5.2f", b * 1e3, bm * 1e3, b > 0 ? gflop / b : 0.0,
+                    b > 0 ? a / b : 0.0);
       }
     }
     if (options.reference)

@@ -69,7 +69,8 @@ void micro(const ConvTile& t, int64_t q0, int64_t count, float* out, int64_t out
 
 template <int kTaps, size_t... kIndex>
 void fill_table(MicroFn* fns, std::index_sequence<kIndex...>) {
-  ((fns[kIndex] = &micro<static_cast<int>(kIndex) / kMaxVectors + 1, static_cast<int>(kIndex) % kMaxVectors + 1, kTaps>),
+  ((fns[kIndex] = &micro<static_cast<int>(kIndex) / kMaxVectors + 1,
+                         static_cast<int>(kIndex) % kMaxVectors + 1, kTaps>),
    ...);
 }
 
@@ -106,11 +107,13 @@ constexpr int64_t kChunk = 256;
 // Every table's lanes divide this; packed rows are padded to it.
 constexpr int64_t kMaxLanes = 16;
 
-int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+int64_t round_up(int64_t x, int64_t m) {
+  return (x + m - 1) / m * m;
+}
 
 // The conv's sizes, from the node and its inputs' full shapes.
 struct Geometry {
-  int64_t height = 0, width = 0;      // input
+  int64_t height = 0, width = 0;  // input
   int64_t out_height = 0, out_width = 0;
   int64_t kernel_h = 0, kernel_w = 0;
   int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dil_h = 1, dil_w = 1;
@@ -127,7 +130,9 @@ struct Geometry {
     return floats % (2 * kMaxLanes) == 0 ? floats + kMaxLanes : floats;
   }
   int64_t ring_slots() const { return (kernel_h - 1) * dil_h + 1; }
-  int64_t rows_floats() const { return in_per_group * ring_slots() * row_stride(std::min(out_width, kChunk)); }
+  int64_t rows_floats() const {
+    return in_per_group * ring_slots() * row_stride(std::min(out_width, kChunk));
+  }
 };
 
 Geometry geometry_of(const Conv2dAttrs& a, const Shape& x, const Shape& weight, const Shape& out) {
@@ -152,8 +157,8 @@ Geometry geometry_of(const Conv2dAttrs& a, const Shape& x, const Shape& weight, 
 // Stride 2 over a contiguous input row: entries j of both phases whose two input columns lie in
 // [lo, hi), four at a time with SSE shuffles (x86-64 baseline); sets [begin, end) to the
 // entries written (empty elsewhere), which the caller's scalar loop then skips.
-void deinterleave(const Geometry& g, int64_t col0, int64_t lo, int64_t hi, const float* src, float* dst,
-                  int64_t phase_len, int64_t& begin, int64_t& end) {
+void deinterleave(const Geometry& g, int64_t col0, int64_t lo, int64_t hi, const float* src,
+                  float* dst, int64_t phase_len, int64_t& begin, int64_t& end) {
 #if defined(__SSE2__)
   const int64_t first = col0 - g.pad_w;  // input column of phase 0, entry 0
   begin = first >= lo ? 0 : (lo - first + 1) / 2;
@@ -176,8 +181,8 @@ void deinterleave(const Geometry& g, int64_t col0, int64_t lo, int64_t hi, const
 // Packs input row `ih` (possibly in the padding) of channels [c0, c0 + in_per_group) of sample
 // `n` for output columns [ow0, ow0 + columns) into dst + c * channel_stride (layout in
 // conv2d_internal.h). Reads only inside the input box the needed rule names; the rest is zero.
-void pack_row(const Geometry& g, const TensorView& x, int64_t n, int64_t c0, int64_t ih, int64_t ow0,
-              int64_t columns, float* dst0, int64_t channel_stride) {
+void pack_row(const Geometry& g, const TensorView& x, int64_t n, int64_t c0, int64_t ih,
+              int64_t ow0, int64_t columns, float* dst0, int64_t channel_stride) {
   const int64_t phase_len = g.phase_len(columns), row_stride = g.row_stride(columns);
   const int64_t col0 = ow0 * g.stride_w;  // padded column of phase 0, entry 0
   const int64_t needed = (columns - 1) * g.stride_w + (g.kernel_w - 1) * g.dil_w + 1;
@@ -197,14 +202,16 @@ void pack_row(const Geometry& g, const TensorView& x, int64_t n, int64_t c0, int
       continue;
     }
     int64_t split_begin = 0, split_end = 0;  // entries j already written to both phases
-    if (g.stride_w == 2 && step == 1) deinterleave(g, col0, lo, hi, src, dst, phase_len, split_begin, split_end);
+    if (g.stride_w == 2 && step == 1)
+      deinterleave(g, col0, lo, hi, src, dst, phase_len, split_begin, split_end);
     // Phase r holds padded columns col0 + r + stride_w j: input columns from the first such
     // column >= lo, every stride_w-th.
     for (int64_t r = 0; r < g.stride_w; ++r) {
       const int64_t first = col0 - g.pad_w + r;  // input column of entry 0
       const int64_t j_begin = first >= lo ? 0 : (lo - first + g.stride_w - 1) / g.stride_w;
       float* phase = dst + r * phase_len;
-      for (int64_t j = j_begin, col = first + j_begin * g.stride_w; col < hi; ++j, col += g.stride_w) {
+      for (int64_t j = j_begin, col = first + j_begin * g.stride_w; col < hi;
+           ++j, col += g.stride_w) {
         if (j == split_begin && split_end > split_begin) {  // skip what deinterleave wrote
           col += (split_end - j) * g.stride_w;
           j = split_end;
@@ -229,8 +236,9 @@ struct Split {
 // The box's output columns [ow0, ow0 + columns) of output row (n, oh), channels [o_begin, o_end)
 // of one group, from rows packed for that chunk. Blocks go straight to the output when its rows
 // are contiguous, through `acc` otherwise.
-void compute_chunk(const KernelArgs& args, const MicroTable& table, ConvTile& tile, int64_t n, int64_t oh,
-                   int64_t o_begin, int64_t o_end, int64_t ow0, int64_t columns, float* acc) {
+void compute_chunk(const KernelArgs& args, const MicroTable& table, ConvTile& tile, int64_t n,
+                   int64_t oh, int64_t o_begin, int64_t o_end, int64_t ow0, int64_t columns,
+                   float* acc) {
   const TensorView& weight = args.inputs[1];
   const TensorView* bias = args.inputs.size() == 3 ? &args.inputs[2] : nullptr;
   const int64_t lanes = table.lanes;
@@ -276,7 +284,8 @@ absl::Status conv2d_f32(const KernelArgs& args) {
   int64_t* row_offset = carver.take<int64_t>(g.kernel_h);
   int64_t* tap_offset = carver.take<int64_t>(g.kernel_w);
   float* acc = carver.take<float>(conv::kMaxBlockChannels * conv::kMaxBlockPixels);
-  if (rows == nullptr || slot_row == nullptr || row_offset == nullptr || tap_offset == nullptr || acc == nullptr)
+  if (rows == nullptr || slot_row == nullptr || row_offset == nullptr || tap_offset == nullptr ||
+      acc == nullptr)
     return absl::InternalError("[conv2d] kernel scratch too small");
   ConvTile tile;
   tile.rows = rows;
@@ -285,7 +294,8 @@ absl::Status conv2d_f32(const KernelArgs& args) {
   tile.kernel_w = g.kernel_w;
   tile.row_offset = row_offset;
   tile.tap_offset = tap_offset;
-  for (int d = 0; d < 4; ++d) tile.weight_strides[d] = args.inputs[1].strides[static_cast<size_t>(d)];
+  for (int d = 0; d < 4; ++d)
+    tile.weight_strides[d] = args.inputs[1].strides[static_cast<size_t>(d)];
   const int64_t ow_begin = box.begin(3), ow_end = box.end(3);
   for (int64_t ow0 = ow_begin; ow0 < ow_end; ow0 += kChunk) {
     const int64_t columns = std::min(kChunk, ow_end - ow0);
@@ -305,8 +315,8 @@ absl::Status conv2d_f32(const KernelArgs& args) {
             const int64_t slot = (ih + g.pad_h) % slots;
             row_offset[kh] = slot * row_stride;
             if (slot_row[slot] == ih) continue;
-            pack_row(g, args.inputs[0], n, group * g.in_per_group, ih, ow0, columns, rows + slot * row_stride,
-                     tile.channel_stride);
+            pack_row(g, args.inputs[0], n, group * g.in_per_group, ih, ow0, columns,
+                     rows + slot * row_stride, tile.channel_stride);
             slot_row[slot] = ih;
           }
           compute_chunk(args, table, tile, n, oh, o, o_end, ow0, columns, acc);

@@ -36,16 +36,20 @@ struct ConvTile {
 
 // Computes the block at pixel offset `q0` and writes acc (+ bias) of channel j < ocb, pixel
 // i < count to out[j * out_stride + i] (count in ((wv - 1) * lanes, wv * lanes]).
-using MicroFn = void (*)(const ConvTile& tile, int64_t q0, int64_t count, float* out, int64_t out_stride);
+using MicroFn = void (*)(const ConvTile& tile, int64_t q0, int64_t count, float* out,
+                         int64_t out_stride);
 
 // Micro-kernels compiled for a fixed kernel width (unrolled tap loop) and for any.
 enum class Taps { Any = 0, One = 1, Three = 2, Five = 3 };
 inline Taps taps_of(int64_t kernel_w) {
-  return kernel_w == 1 ? Taps::One : kernel_w == 3 ? Taps::Three : kernel_w == 5 ? Taps::Five : Taps::Any;
+  return kernel_w == 1   ? Taps::One
+         : kernel_w == 3 ? Taps::Three
+         : kernel_w == 5 ? Taps::Five
+                         : Taps::Any;
 }
 
 struct MicroTable {
-  int lanes = 8;       // floats per vector
+  int lanes = 8;         // floats per vector
   int max_channels = 1;  // largest ocb
   int max_vectors = 1;   // largest wv
   // fns[taps][(ocb - 1) * max_vectors + (wv - 1)]

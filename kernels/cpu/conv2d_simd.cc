@@ -20,12 +20,24 @@ namespace {
 // 16 registers: up to 6 x 2 accumulators, 2 inputs and a broadcast.
 using Vec = __m256;
 constexpr int kLanes = 8, kMaxChannels = 6, kMaxVectors = 2;
-inline Vec zero() { return _mm256_setzero_ps(); }
-inline Vec load(const float* p) { return _mm256_loadu_ps(p); }
-inline Vec broadcast(const float* p) { return _mm256_broadcast_ss(p); }
-inline Vec fma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
-inline Vec add(Vec a, Vec b) { return _mm256_add_ps(a, b); }
-inline void store(float* p, Vec v) { _mm256_storeu_ps(p, v); }
+inline Vec zero() {
+  return _mm256_setzero_ps();
+}
+inline Vec load(const float* p) {
+  return _mm256_loadu_ps(p);
+}
+inline Vec broadcast(const float* p) {
+  return _mm256_broadcast_ss(p);
+}
+inline Vec fma(Vec a, Vec b, Vec c) {
+  return _mm256_fmadd_ps(a, b, c);
+}
+inline Vec add(Vec a, Vec b) {
+  return _mm256_add_ps(a, b);
+}
+inline void store(float* p, Vec v) {
+  _mm256_storeu_ps(p, v);
+}
 inline void store_partial(float* p, Vec v, int64_t n) {
   const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   _mm256_maskstore_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), lanes), v);
@@ -49,12 +61,24 @@ namespace {
 // 32 registers: up to 8 x 3 accumulators, 3 inputs and a broadcast.
 using Vec = __m512;
 constexpr int kLanes = 16, kMaxChannels = 8, kMaxVectors = 3;
-inline Vec zero() { return _mm512_setzero_ps(); }
-inline Vec load(const float* p) { return _mm512_loadu_ps(p); }
-inline Vec broadcast(const float* p) { return _mm512_set1_ps(*p); }
-inline Vec fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
-inline Vec add(Vec a, Vec b) { return _mm512_add_ps(a, b); }
-inline void store(float* p, Vec v) { _mm512_storeu_ps(p, v); }
+inline Vec zero() {
+  return _mm512_setzero_ps();
+}
+inline Vec load(const float* p) {
+  return _mm512_loadu_ps(p);
+}
+inline Vec broadcast(const float* p) {
+  return _mm512_set1_ps(*p);
+}
+inline Vec fma(Vec a, Vec b, Vec c) {
+  return _mm512_fmadd_ps(a, b, c);
+}
+inline Vec add(Vec a, Vec b) {
+  return _mm512_add_ps(a, b);
+}
+inline void store(float* p, Vec v) {
+  _mm512_storeu_ps(p, v);
+}
 inline void store_partial(float* p, Vec v, int64_t n) {
   _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << n) - 1), v);
 }

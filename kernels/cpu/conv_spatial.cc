@@ -57,7 +57,8 @@ absl::Status pool2d_f32(const KernelArgs& args) {
       const int64_t iw0 = ow * stride - pad;
       const int64_t w0 = std::max<int64_t>(iw0, 0), w1 = std::min<int64_t>(iw0 + kernel, xs[3]);
       const int64_t at[4] = {index[0], index[1], h0, w0};
-      const float v = pool_window<kKind>(x.at<const float>(at), row_step, col_step, h1 - h0, w1 - w0);
+      const float v =
+          pool_window<kKind>(x.at<const float>(at), row_step, col_step, h1 - h0, w1 - w0);
       out[(ow - box.begin(3)) * out_step] = kKind == PoolKind::Max ? v : v / divisor;
     }
   }
@@ -75,7 +76,8 @@ absl::Status upsample_typed(const KernelArgs& args) {
   const int rank = box.rank(), last = rank - 1;
   const int64_t scale = args.node.attrs_as<UpsampleAttrs>().scale;
   const TensorView& x = args.inputs[0];
-  const int64_t in_step = x.strides[static_cast<size_t>(last)], out_step = args.out.strides[static_cast<size_t>(last)];
+  const int64_t in_step = x.strides[static_cast<size_t>(last)],
+                out_step = args.out.strides[static_cast<size_t>(last)];
   const int64_t j0 = box.begin(last), columns = box.extent(last);
   const BoxRows rows(box);
   int64_t index[kMaxRank], src[kMaxRank];
@@ -91,8 +93,10 @@ absl::Status upsample_typed(const KernelArgs& args) {
     if (in == previous_src && out_step == 1) {
       std::memcpy(out, previous_out, sizeof(T) * static_cast<size_t>(columns));
     } else {
-      // Column j0 + i reads source column (j0 + i) / scale, i.e. in[((j0 + i) / scale - j0 / scale)].
-      for (int64_t i = 0; i < columns; ++i) out[i * out_step] = in[((j0 + i) / scale - j0 / scale) * in_step];
+      // Column j0 + i reads source column (j0 + i) / scale, i.e. in[((j0 + i) / scale - j0 /
+      // scale)].
+      for (int64_t i = 0; i < columns; ++i)
+        out[i * out_step] = in[((j0 + i) / scale - j0 / scale) * in_step];
     }
     previous_src = in;
     previous_out = out;
@@ -104,7 +108,8 @@ absl::Status upsample_typed(const KernelArgs& args) {
 
 KernelFn pool2d_kernel(const Graph& graph, const Node& node, Isa) {
   if (node.dtype != DType::F32 || graph.node(node.inputs[0]).dtype != DType::F32) return nullptr;
-  return node.attrs_as<Pool2dAttrs>().kind == PoolKind::Max ? pool2d_f32<PoolKind::Max> : pool2d_f32<PoolKind::Avg>;
+  return node.attrs_as<Pool2dAttrs>().kind == PoolKind::Max ? pool2d_f32<PoolKind::Max>
+                                                            : pool2d_f32<PoolKind::Avg>;
 }
 
 KernelFn upsample_kernel(const Graph&, const Node& node, Isa) {

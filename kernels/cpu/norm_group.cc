@@ -23,7 +23,8 @@ namespace {
 constexpr int kLanes = 8;
 
 double fold(const double* lanes) {
-  return ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
+  return ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) +
+         ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
 }
 
 // Sum of x[i * step] (centre == 0) or of (x[i * step] - centre)^2, i < count, in the fixed lane
@@ -93,11 +94,13 @@ float param(const TensorView* view, int64_t at, float fallback) {
 
 // Writes columns [j0, j0 + count) of one row: out = ((x - mean) * inv_std) * w + b in double.
 // `column_params`: weight and bias vary along the row (layer_norm) or are the row's (group_norm).
-void normalise_row(const float* x, int64_t x_step, float* out, int64_t out_step, int64_t count, const Moments& m,
-                   const Affine& affine, int64_t param_index, bool column_params) {
+void normalise_row(const float* x, int64_t x_step, float* out, int64_t out_step, int64_t count,
+                   const Moments& m, const Affine& affine, int64_t param_index,
+                   bool column_params) {
   const bool has_weight = affine.weight != nullptr, has_bias = affine.bias != nullptr;
   if (!column_params) {
-    const double w = param(affine.weight, param_index, 1.0f), b = param(affine.bias, param_index, 0.0f);
+    const double w = param(affine.weight, param_index, 1.0f),
+                 b = param(affine.bias, param_index, 0.0f);
     for (int64_t i = 0; i < count; ++i) {
       double y = (static_cast<double>(x[i * x_step]) - m.mean) * m.inv_std;
       if (has_weight) y *= w;
@@ -131,8 +134,9 @@ absl::Status layer_norm_f32(const KernelArgs& args) {
     for (int d = 0; d < last; ++d) row[d] = Interval(index[d], index[d] + 1);
     row[last] = Interval(0, width);
     const Moments m = moments(x, row, a.eps);
-    normalise_row(x.at<const float>(index), x.strides[static_cast<size_t>(last)], args.out.at<float>(index),
-                  args.out.strides[static_cast<size_t>(last)], columns, m, affine, j0, true);
+    normalise_row(x.at<const float>(index), x.strides[static_cast<size_t>(last)],
+                  args.out.at<float>(index), args.out.strides[static_cast<size_t>(last)], columns,
+                  m, affine, j0, true);
   }
   return absl::OkStatus();
 }
@@ -158,9 +162,10 @@ absl::Status group_norm_f32(const KernelArgs& args) {
       int64_t index[kMaxRank];
       for (int64_t r = 0; r < rows.count(); ++r) {
         rows.index(r, index);
-        normalise_row(x.at<const float>(index), x.strides[static_cast<size_t>(last)], args.out.at<float>(index),
-                      args.out.strides[static_cast<size_t>(last)], part.extent(last), m, affine,
-                      index[1], /*column_params=*/rank == 2);  // rank 2: rows run along channels
+        normalise_row(x.at<const float>(index), x.strides[static_cast<size_t>(last)],
+                      args.out.at<float>(index), args.out.strides[static_cast<size_t>(last)],
+                      part.extent(last), m, affine, index[1],
+                      /*column_params=*/rank == 2);  // rank 2: rows run along channels
       }
     }
   }

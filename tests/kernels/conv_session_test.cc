@@ -61,7 +61,8 @@ std::vector<float> random_image(std::mt19937_64& rng, int64_t count) {
 
 // The output of a fresh session given `image`; `elements`: what it computed.
 std::vector<float> fresh_output(const Graph& g, const std::vector<float>& image, int threads,
-                                BackendKind backend = BackendKind::Cpu, int64_t* elements = nullptr) {
+                                BackendKind backend = BackendKind::Cpu,
+                                int64_t* elements = nullptr) {
   SessionOptions options;
   options.threads = threads;
   options.backend = backend;
@@ -102,7 +103,8 @@ std::vector<float> check_edits(const Graph& g, int threads, uint64_t seed) {
         }
     out = s.read<float>("out", out_box);
     int64_t fresh_elements = 0;
-    const std::vector<float> want = fresh_output(g, image, threads, BackendKind::Cpu, &fresh_elements);
+    const std::vector<float> want =
+        fresh_output(g, image, threads, BackendKind::Cpu, &fresh_elements);
     CHECK(s.stats().elements_computed < fresh_elements);  // the edit recomputed only a part
     REQUIRE(std::memcmp(want.data(), out.data(), want.size() * sizeof(float)) == 0);
   }
@@ -110,7 +112,8 @@ std::vector<float> check_edits(const Graph& g, int threads, uint64_t seed) {
   const std::vector<float> reference = fresh_output(g, image, 1, BackendKind::Reference);
   double scale = 0;
   for (float v : reference) scale = std::max(scale, std::fabs(static_cast<double>(v)));
-  for (size_t i = 0; i < reference.size(); ++i) CHECK(std::fabs(out[i] - reference[i]) <= 1e-4 * scale + 1e-5);
+  for (size_t i = 0; i < reference.size(); ++i)
+    CHECK(std::fabs(out[i] - reference[i]) <= 1e-4 * scale + 1e-5);
   return out;
 }
 

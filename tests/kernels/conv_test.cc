@@ -35,18 +35,18 @@ Conv2dParams params(int64_t stride, int64_t pad, int64_t dilation = 1, int64_t g
 // The layer shapes of the conv nets we run, shrunk, plus every attribute on odd sizes.
 std::vector<ConvCase> conv_cases() {
   std::vector<ConvCase> cases = {
-      {3, 13, 9, 17, 3, 3, params(1, 1)},        // first layer, 3 input channels
-      {12, 9, 11, 35, 3, 3, params(1, 1)},       // width over two 16-pixel vectors
-      {16, 17, 7, 50, 3, 3, params(2, 1)},       // stride 2
-      {20, 11, 6, 13, 1, 1, params(1, 0)},       // 1x1
-      {9, 10, 8, 19, 5, 5, params(1, 2)},        // 5x5
-      {6, 5, 9, 21, 3, 3, params(1, 2, 2)},      // dilation 2
+      {3, 13, 9, 17, 3, 3, params(1, 1)},         // first layer, 3 input channels
+      {12, 9, 11, 35, 3, 3, params(1, 1)},        // width over two 16-pixel vectors
+      {16, 17, 7, 50, 3, 3, params(2, 1)},        // stride 2
+      {20, 11, 6, 13, 1, 1, params(1, 0)},        // 1x1
+      {9, 10, 8, 19, 5, 5, params(1, 2)},         // 5x5
+      {6, 5, 9, 21, 3, 3, params(1, 2, 2)},       // dilation 2
       {8, 12, 10, 15, 3, 3, params(1, 1, 1, 4)},  // groups
-      {7, 7, 9, 11, 3, 3, params(1, 1, 1, 7)},   // depthwise
-      {4, 6, 12, 301, 3, 3, params(1, 1)},       // wider than one packed chunk
-      {5, 6, 9, 290, 3, 3, params(2, 1)},        // strided, wider than one chunk
-      {5, 3, 8, 9, 2, 4, params(3, 0)},          // stride 3, no padding, non-square kernel
-      {4, 5, 7, 8, 3, 3, params(1, 1), false},   // no bias
+      {7, 7, 9, 11, 3, 3, params(1, 1, 1, 7)},    // depthwise
+      {4, 6, 12, 301, 3, 3, params(1, 1)},        // wider than one packed chunk
+      {5, 6, 9, 290, 3, 3, params(2, 1)},         // strided, wider than one chunk
+      {5, 3, 8, 9, 2, 4, params(3, 0)},           // stride 3, no padding, non-square kernel
+      {4, 5, 7, 8, 3, 3, params(1, 1), false},    // no bias
   };
   ConvCase asymmetric{6, 7, 13, 23, 3, 5, params(1, 0)};
   asymmetric.params.stride_h = 2;
@@ -75,14 +75,16 @@ std::vector<float> magnitudes(const OpFixture& f) {
   std::vector<TensorView> views = f.views;
   for (TensorView& v : views) {
     const int64_t count = v.extent.volume();
-    copies.emplace_back(static_cast<const float*>(v.data), static_cast<const float*>(v.data) + count);
+    copies.emplace_back(static_cast<const float*>(v.data),
+                        static_cast<const float*>(v.data) + count);
     for (float& x : copies.back()) x = std::fabs(x);
     v.data = copies.back().data();
   }
   const Box full = Box::full(f.node().shape);
   std::vector<float> result(static_cast<size_t>(full.volume()));
   TensorView out = dense_view(result.data(), DType::F32, full);
-  REQUIRE(ref::reference_kernel(OpKind::Conv2d)(KernelCall{f.graph, f.node(), views, out, full}).ok());
+  REQUIRE(
+      ref::reference_kernel(OpKind::Conv2d)(KernelCall{f.graph, f.node(), views, out, full}).ok());
   return result;
 }
 
@@ -90,8 +92,10 @@ std::vector<float> magnitudes(const OpFixture& f) {
 
 TEST_CASE("kernels: conv2d is optimised for f32 only") {
   Graph g;
-  Tensor f32 = conv2d(g.input("x", {1, 2, 5, 5}, DType::F32), g.input("w", {3, 2, 3, 3}, DType::F32), Tensor{});
-  Tensor f16 = conv2d(g.input("y", {1, 2, 5, 5}, DType::F16), g.input("v", {3, 2, 3, 3}, DType::F16), Tensor{});
+  Tensor f32 = conv2d(g.input("x", {1, 2, 5, 5}, DType::F32),
+                      g.input("w", {3, 2, 3, 3}, DType::F32), Tensor{});
+  Tensor f16 = conv2d(g.input("y", {1, 2, 5, 5}, DType::F16),
+                      g.input("v", {3, 2, 3, 3}, DType::F16), Tensor{});
   for (cpu::Isa isa : kernel_testing::test_isas()) {
     CHECK(static_cast<bool>(cpu::optimised_kernel_for(g, g.node(f32.id), isa)));
     CHECK_FALSE(static_cast<bool>(cpu::optimised_kernel_for(g, g.node(f16.id), isa)));
@@ -146,7 +150,8 @@ TEST_CASE("kernels: conv2d with too little scratch is an error status") {
   std::vector<KernelInput> inputs;
   kernel_inputs(f.graph, f.node(), f.views, inputs);
   for (cpu::Isa isa : kernel_testing::test_isas())
-    CHECK_FALSE(f.optimised(isa)(KernelArgs{kernel_node(f.graph, f.node()), inputs, view, full, {}}).ok());
+    CHECK_FALSE(
+        f.optimised(isa)(KernelArgs{kernel_node(f.graph, f.node()), inputs, view, full, {}}).ok());
 }
 
 }  // namespace tessera

@@ -22,9 +22,12 @@ constexpr double kUlp = 0x1p-24;
 // Statistics and the normalisation run in double (only the summation order differs from the
 // reference), then one rounding to float: within an ulp of the reference's float, plus a
 // cancellation term for outputs near zero.
-double norm_tolerance(double reference) { return 2 * kUlp * std::fabs(reference) + 1e-9; }
+double norm_tolerance(double reference) {
+  return 2 * kUlp * std::fabs(reference) + 1e-9;
+}
 
-void check_all(const OpFixture& f, const kernel_testing::Tolerance& tolerance, std::mt19937_64& rng) {
+void check_all(const OpFixture& f, const kernel_testing::Tolerance& tolerance,
+               std::mt19937_64& rng) {
   for (cpu::Isa isa : kernel_testing::test_isas()) {
     CAPTURE(cpu::isa_name(isa));
     kernel_testing::check_close(f, isa, tolerance);
@@ -56,7 +59,8 @@ TEST_CASE("kernels: group_norm matches the reference and is box-independent") {
                        maybe_param(f.graph, "b", shape[1], k % 3 != 2), 1e-5);
     // An offset mean, as activations have: the two-pass variance must not cancel.
     f.prepare(rng, {{1.0, 3.0}, {0.5, 1.5}, {-1, 1}});
-    check_all(f, [](int64_t, double ref) { return norm_tolerance(ref); }, rng);
+    check_all(
+        f, [](int64_t, double ref) { return norm_tolerance(ref); }, rng);
   }
 }
 
@@ -73,7 +77,8 @@ TEST_CASE("kernels: layer_norm matches the reference and is box-independent") {
     f.out = layer_norm(x, maybe_param(f.graph, "w", shape.back(), k % 3 != 1),
                        maybe_param(f.graph, "b", shape.back(), k % 3 != 2), 1e-6);
     f.prepare(rng, {{-3.0, 5.0}, {0.5, 1.5}, {-1, 1}});
-    check_all(f, [](int64_t, double ref) { return norm_tolerance(ref); }, rng);
+    check_all(
+        f, [](int64_t, double ref) { return norm_tolerance(ref); }, rng);
   }
 }
 
@@ -86,7 +91,7 @@ TEST_CASE("kernels: pool2d max is exact (NaN included) and avg within the float 
     int64_t kernel, stride, padding;
   };
   const std::vector<PoolCase> cases = {
-      {{1, 3, 9, 13}, 2, 2, 0}, {{2, 5, 11, 7}, 3, 2, 1}, {{1, 4, 8, 17}, 3, 1, 1},
+      {{1, 3, 9, 13}, 2, 2, 0},  {{2, 5, 11, 7}, 3, 2, 1}, {{1, 4, 8, 17}, 3, 1, 1},
       {{1, 2, 10, 10}, 4, 3, 2}, {{1, 1, 1, 5}, 1, 1, 0},
   };
   for (const PoolCase& c : cases) {
@@ -100,8 +105,10 @@ TEST_CASE("kernels: pool2d max is exact (NaN included) and avg within the float 
         static_cast<float*>(static_cast<void*>(f.buffers[0].data()))[5] = std::nanf("");
       }
       // avg: k^2 float additions of values in [-2, 2], then the division.
-      const double bound = kind == PoolKind::Max ? 0.0 : (static_cast<double>(c.kernel * c.kernel) + 2) * 2 * kUlp;
-      check_all(f, [&](int64_t, double) { return bound; }, rng);
+      const double bound =
+          kind == PoolKind::Max ? 0.0 : (static_cast<double>(c.kernel * c.kernel) + 2) * 2 * kUlp;
+      check_all(
+          f, [&](int64_t, double) { return bound; }, rng);
     }
   }
 }
@@ -149,12 +156,16 @@ TEST_CASE("kernels: norms, pool and upsample are optimised for the dtypes they c
   Graph g;
   Tensor h = g.input("h", {1, 4, 3, 3}, DType::F16);
   Tensor x = g.input("x", {1, 4, 3, 3}, DType::F32);
-  const Tensor covered[] = {group_norm(x, 2, Tensor{}, Tensor{}, 1e-5), layer_norm(x, Tensor{}, Tensor{}, 1e-5),
-                            pool2d(x, PoolKind::Avg, 2, 1), upsample_nearest(h, 2)};
-  const Tensor uncovered[] = {group_norm(h, 2, Tensor{}, Tensor{}, 1e-5), pool2d(h, PoolKind::Max, 2, 1)};
+  const Tensor covered[] = {group_norm(x, 2, Tensor{}, Tensor{}, 1e-5),
+                            layer_norm(x, Tensor{}, Tensor{}, 1e-5), pool2d(x, PoolKind::Avg, 2, 1),
+                            upsample_nearest(h, 2)};
+  const Tensor uncovered[] = {group_norm(h, 2, Tensor{}, Tensor{}, 1e-5),
+                              pool2d(h, PoolKind::Max, 2, 1)};
   for (cpu::Isa isa : kernel_testing::test_isas()) {
-    for (const Tensor& t : covered) CHECK(static_cast<bool>(cpu::optimised_kernel_for(g, g.node(t.id), isa)));
-    for (const Tensor& t : uncovered) CHECK_FALSE(static_cast<bool>(cpu::optimised_kernel_for(g, g.node(t.id), isa)));
+    for (const Tensor& t : covered)
+      CHECK(static_cast<bool>(cpu::optimised_kernel_for(g, g.node(t.id), isa)));
+    for (const Tensor& t : uncovered)
+      CHECK_FALSE(static_cast<bool>(cpu::optimised_kernel_for(g, g.node(t.id), isa)));
   }
 }
 

@@ -33,12 +33,14 @@ inline TensorView partial_copy(const TensorView& src, const Box& box, bool doubl
   view.data = storage.data();
   ref::for_each_index(box, [&](const int64_t* i) {
     std::memcpy(static_cast<std::byte*>(view.data) + view.offset(i) * size,
-                static_cast<const std::byte*>(src.data) + src.offset(i) * size, static_cast<size_t>(size));
+                static_cast<const std::byte*>(src.data) + src.offset(i) * size,
+                static_cast<size_t>(size));
   });
   return view;
 }
 
-inline void check_partial_views(const OpFixture& f, KernelFn kernel, std::mt19937_64& rng, int count = 6) {
+inline void check_partial_views(const OpFixture& f, KernelFn kernel, std::mt19937_64& rng,
+                                int count = 6) {
   const Node& n = f.node();
   const Box full_box = Box::full(n.shape);
   const std::vector<float> full = f.run(kernel, full_box);
