@@ -21,7 +21,13 @@ struct HostStep {
   const Node* node = nullptr;  // in the graph given to prepare (which outlives the plan)
   const void* constant_data = nullptr;
   int64_t cost = 1;  // work per output element (the reduction depth of matmul-like ops)
+  int split_from = 0;  // the outermost axis tile_of prefers to cut
 };
+
+// conv2d splits along output rows where it can: a member then reads (and packs) only the input
+// rows of its tile, where a channel split makes every member read all of the input (1x1 convs
+// are bound by that memory traffic). Other ops cut from their outermost axis.
+int preferred_split_axis(const Node& node) { return node.kind == OpKind::Conv2d ? 2 : 0; }
 
 // A launch with less work than this runs whole on one member: splitting it would cost a
 // barrier more than it saves.
@@ -38,12 +44,25 @@ int64_t work_per_element(const Graph& graph, const Node& node) {
   }
 }
 
-// Tile `member` of `members` of `box`: cut along the outermost axis with at least `members`
-// elements (else the widest); cuts on the innermost axis fall on multiples of 64 elements.
-Box tile_of(const Box& box, int member, int members) {
+// Tile `member` of `members` of `box`: cut along the outermost axis with at least 4 steps per
+// member (from axis `split_from` first, then from axis 0), else the outermost that divides evenly, else the outermost with at least `members`
+// elements, else the widest; a step is an element, on the innermost axis 64 elements (where
+// its cuts fall). An
+// image of 3 or 4 output channels thus splits along its rows: 3 channels on 2 members would give
+// one member twice the other's work, and each member of a channel split reads (a conv: packs)
+// the whole input for only a few channels.
+Box tile_of(const Box& box, int member, int members, int split_from) {
   const int rank = box.rank();
   if (rank == 0) return member == 0 ? box : Box::of_rank(0);
+  // Elements per step of a cut: innermost cuts move in steps of 64.
+  auto unit = [&](int d) -> int64_t { return d == rank - 1 ? 64 : 1; };
   int axis = -1;
+  for (int d = std::min(split_from, rank - 1); d < rank && axis < 0; ++d)
+    if (box.extent(d) >= 4 * members * unit(d)) axis = d;
+  for (int d = 0; d < rank && axis < 0; ++d)
+    if (box.extent(d) >= 4 * members * unit(d)) axis = d;
+  for (int d = 0; d < rank && axis < 0; ++d)
+    if (box.extent(d) >= members && box.extent(d) % (members * unit(d)) == 0) axis = d;
   for (int d = 0; d < rank && axis < 0; ++d)
     if (box.extent(d) >= members) axis = d;
   if (axis < 0) {
@@ -149,7 +168,7 @@ absl::StatusOr<std::unique_ptr<PreparedPlan>> HostBackend::prepare(const Graph& 
     const Node& node = graph.node(ps.node);
     if (absl::Status supported = supports(graph, node); !supported.ok()) return supported;
     HostStep step{kernel_for(graph, node), &node, kernel_node(graph, node).constant_data,
-                  work_per_element(graph, node)};
+                  work_per_element(graph, node), preferred_split_axis(node)};
     if (step.kernel == nullptr)
       return absl::InternalError("[backend] supported op without a kernel");
     prepared->steps.push_back(step);
@@ -176,7 +195,7 @@ absl::Status HostBackend::run_launch(const PreparedPlan& prepared, const StepLau
   node.constant_data = step.constant_data;
   for (const Box& box : launch.boxes) {
     if (members > 1 && box.rank() == 0 && member != 0) continue;  // a scalar is one member's
-    const Box tile = members > 1 ? tile_of(box, member, members) : box;
+    const Box tile = members > 1 ? tile_of(box, member, members, step.split_from) : box;
     if (tile.empty() && tile.rank() > 0) continue;
     if (absl::Status status = step.kernel(KernelArgs{node, launch.inputs, launch.out, tile, scratch}); !status.ok())
       return status;

@@ -88,6 +88,16 @@ KernelFn optimised_kernel_for(const Graph& graph, const Node& node, Isa isa) {
       return reshape_kernel(graph, node, isa);
     case OpKind::Gather:
       return gather_kernel(graph, node, isa);
+    case OpKind::Conv2d:
+      return conv2d_kernel(graph, node, isa);
+    case OpKind::Pool2d:
+      return pool2d_kernel(graph, node, isa);
+    case OpKind::Upsample:
+      return upsample_kernel(graph, node, isa);
+    case OpKind::LayerNorm:
+      return layer_norm_kernel(graph, node, isa);
+    case OpKind::GroupNorm:
+      return group_norm_kernel(graph, node, isa);
     default:
       return nullptr;
   }
@@ -112,6 +122,8 @@ int64_t kernel_scratch_bytes(const Graph& graph, const Node& node, bool dense_vi
       return cpu::rms_norm_scratch_bytes(graph, node, dense_views);
     case OpKind::Rope:
       return cpu::rope_scratch_bytes(graph, node, dense_views);
+    case OpKind::Conv2d:
+      return cpu::conv2d_scratch_bytes(graph, node, dense_views);
     default:
       return 0;
   }

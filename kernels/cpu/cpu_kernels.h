@@ -13,8 +13,8 @@ namespace tessera::cpu {
 
 // Instruction sets with their own code paths, in increasing order. Portable code is plain C++
 // (any target); AVX2 means AVX2 + FMA + F16C; AVX-512 means F, BW, VL and DQ on top (used by
-// linear; the other kernels run their AVX2 code under it); AVX-512 VNNI adds the int8 dot
-// product instructions (used by linear's integer path, linear_q8.h).
+// linear and conv2d; the other kernels run their AVX2 code under it); AVX-512 VNNI adds the int8
+// dot product instructions (used by linear's integer path, linear_q8.h).
 enum class Isa { Portable, Avx2, Avx512, Avx512Vnni };
 
 // The best instruction set of this CPU, decided once per process. TESSERA_CPU_ISA=portable,
@@ -48,12 +48,18 @@ KernelFn rms_norm_kernel(const Graph& graph, const Node& node, Isa isa);   // no
 KernelFn rope_kernel(const Graph& graph, const Node& node, Isa isa);       // norm_rope.cc
 KernelFn reshape_kernel(const Graph& graph, const Node& node, Isa isa);    // copy.cc
 KernelFn gather_kernel(const Graph& graph, const Node& node, Isa isa);     // copy.cc
+KernelFn conv2d_kernel(const Graph& graph, const Node& node, Isa isa);     // conv2d.cc
+KernelFn pool2d_kernel(const Graph& graph, const Node& node, Isa isa);     // conv_spatial.cc
+KernelFn upsample_kernel(const Graph& graph, const Node& node, Isa isa);   // conv_spatial.cc
+KernelFn layer_norm_kernel(const Graph& graph, const Node& node, Isa isa);  // norm_group.cc
+KernelFn group_norm_kernel(const Graph& graph, const Node& node, Isa isa);  // norm_group.cc
 
 // Scratch bounds of the kernels that use scratch (see kernel_scratch_bytes in kernels/view.h).
 int64_t linear_scratch_bytes(const Graph& graph, const Node& node, bool dense_views);     // linear.cc
 int64_t attention_scratch_bytes(const Graph& graph, const Node& node, bool dense_views);  // attention.cc
 int64_t rms_norm_scratch_bytes(const Graph& graph, const Node& node, bool dense_views);   // norm_rope.cc
 int64_t rope_scratch_bytes(const Graph& graph, const Node& node, bool dense_views);       // norm_rope.cc
+int64_t conv2d_scratch_bytes(const Graph& graph, const Node& node, bool dense_views);     // conv2d.cc
 
 // Bytes ScratchCarver::take<T>(count) uses.
 template <class T>

@@ -1,0 +1,353 @@
+// Optimised f32 conv2d (semantics at the definition block in engine/ops_nn.cc): direct
+// convolution vectorised along the output width, with register blocks of output channels.
+//
+// Per group the box touches, output row after output row, the input rows a row reads (every
+// input channel of the group) are packed into scratch: zero-padded, restricted to the columns
+// the box's chunk needs, and split into stride_w phases so that every tap reads contiguous floats
+// whatever the stride and dilation. Packed rows sit in a ring of (kernel_h - 1) * dilation_h + 1
+// slots, so consecutive output rows pack only the input rows they do not share. A micro-kernel
+// (conv2d_internal.h) then accumulates blocks of output channels x output pixels in registers.
+//
+// Exactness (DESIGN.md section 1): every output element gets acc = 0, then one fused (AVX2,
+// AVX-512) or unfused (portable) multiply-add per tap in the order (input channel, kh, kw), taps
+// in the padding included as products with zero, then acc + bias. Boxes, tiles, chunks and
+// register blocks only choose which elements are computed together, never this sequence.
+//
+// Scratch (the call's): the ring of packed rows of one group for one chunk of at most kChunk
+// output columns, the ring's tags, row and tap offsets and one block of accumulators.
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <utility>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#include "engine/ops.h"
+#include "kernels/cpu/conv2d_internal.h"
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace tessera::cpu {
+
+namespace conv {
+namespace portable {
+namespace {
+
+// Written for GCC's vectoriser: fixed-size lane loops over plain arrays.
+constexpr int kLanes = 8, kMaxChannels = 4, kMaxVectors = 2;
+
+template <int kChannels, int kVectors, int kTaps>
+void micro(const ConvTile& t, int64_t q0, int64_t count, float* out, int64_t out_stride) {
+  const int64_t taps = kTaps > 0 ? kTaps : t.kernel_w;
+  constexpr int kWidth = kVectors * kLanes;
+  float acc[kChannels][kWidth] = {};
+  const int64_t ws_o = t.weight_strides[0], ws_w = t.weight_strides[3];
+  for (int64_t c = 0; c < t.channels; ++c) {
+    for (int64_t kh = 0; kh < t.kernel_h; ++kh) {
+      const float* row = t.rows + c * t.channel_stride + t.row_offset[kh] + q0;
+      const float* w = t.weight + c * t.weight_strides[1] + kh * t.weight_strides[2];
+      for (int64_t kw = 0; kw < taps; ++kw) {
+        const float* x = row + t.tap_offset[kw];
+        for (int j = 0; j < kChannels; ++j) {
+          const float b = w[kw * ws_w + j * ws_o];
+          for (int i = 0; i < kWidth; ++i) acc[j][i] += x[i] * b;
+        }
+      }
+    }
+  }
+  for (int j = 0; j < kChannels; ++j) {
+    float* dst = out + j * out_stride;
+    if (t.bias != nullptr) {
+      const float b = t.bias[j * t.bias_stride];
+      for (int64_t i = 0; i < count; ++i) dst[i] = acc[j][i] + b;
+    } else {
+      for (int64_t i = 0; i < count; ++i) dst[i] = acc[j][i];
+    }
+  }
+}
+
+template <int kTaps, size_t... kIndex>
+void fill_table(MicroFn* fns, std::index_sequence<kIndex...>) {
+  ((fns[kIndex] = &micro<static_cast<int>(kIndex) / kMaxVectors + 1,
+                         static_cast<int>(kIndex) % kMaxVectors + 1, kTaps>),
+   ...);
+}
+
+MicroTable make_table() {
+  MicroTable table;
+  table.lanes = kLanes;
+  table.max_channels = kMaxChannels;
+  table.max_vectors = kMaxVectors;
+  constexpr auto blocks = std::make_index_sequence<kMaxChannels * kMaxVectors>();
+  fill_table<0>(table.fns[0], blocks);
+  fill_table<1>(table.fns[1], blocks);
+  fill_table<3>(table.fns[2], blocks);
+  fill_table<5>(table.fns[3], blocks);
+  return table;
+}
+
+}  // namespace
+}  // namespace portable
+
+const MicroTable& portable_micro_table() {
+  static const MicroTable table = portable::make_table();
+  return table;
+}
+
+}  // namespace conv
+
+namespace {
+
+using conv::ConvTile;
+using conv::MicroTable;
+
+// Output columns packed at once: bounds the scratch whatever the image width.
+constexpr int64_t kChunk = 256;
+// Every table's lanes divide this; packed rows are padded to it.
+constexpr int64_t kMaxLanes = 16;
+
+int64_t round_up(int64_t x, int64_t m) {
+  return (x + m - 1) / m * m;
+}
+
+// The conv's sizes, from the node and its inputs' full shapes.
+struct Geometry {
+  int64_t height = 0, width = 0;  // input
+  int64_t out_height = 0, out_width = 0;
+  int64_t kernel_h = 0, kernel_w = 0;
+  int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dil_h = 1, dil_w = 1;
+  int64_t in_per_group = 1, out_per_group = 1;
+
+  // Floats of one phase of a packed row for a chunk of `columns` output columns.
+  int64_t phase_len(int64_t columns) const {
+    return round_up(columns, kMaxLanes) + (kernel_w - 1) * dil_w / stride_w;
+  }
+  // An odd number of 64-byte lines, so that the rows a micro-kernel walks through spread over
+  // all sets of the L1 cache instead of a few (1 KiB strides thrash it).
+  int64_t row_stride(int64_t columns) const {
+    const int64_t floats = round_up(stride_w * phase_len(columns), kMaxLanes);
+    return floats % (2 * kMaxLanes) == 0 ? floats + kMaxLanes : floats;
+  }
+  int64_t ring_slots() const { return (kernel_h - 1) * dil_h + 1; }
+  int64_t rows_floats() const {
+    return in_per_group * ring_slots() * row_stride(std::min(out_width, kChunk));
+  }
+};
+
+Geometry geometry_of(const Conv2dAttrs& a, const Shape& x, const Shape& weight, const Shape& out) {
+  Geometry g;
+  g.height = x[2];
+  g.width = x[3];
+  g.out_height = out[2];
+  g.out_width = out[3];
+  g.kernel_h = weight[2];
+  g.kernel_w = weight[3];
+  g.stride_h = a.stride_h;
+  g.stride_w = a.stride_w;
+  g.pad_h = a.pad_h;
+  g.pad_w = a.pad_w;
+  g.dil_h = a.dilation_h;
+  g.dil_w = a.dilation_w;
+  g.in_per_group = weight[1];
+  g.out_per_group = weight[0] / a.groups;
+  return g;
+}
+
+// Stride 2 over a contiguous input row: entries j of both phases whose two input columns lie in
+// [lo, hi), four at a time with SSE shuffles (x86-64 baseline); sets [begin, end) to the
+// entries written (empty elsewhere), which the caller's scalar loop then skips.
+void deinterleave(const Geometry& g, int64_t col0, int64_t lo, int64_t hi, const float* src,
+                  float* dst, int64_t phase_len, int64_t& begin, int64_t& end) {
+#if defined(__SSE2__)
+  const int64_t first = col0 - g.pad_w;  // input column of phase 0, entry 0
+  begin = first >= lo ? 0 : (lo - first + 1) / 2;
+  const int64_t count = std::max<int64_t>((hi - first) / 2 - begin, 0) / 4 * 4;
+  end = begin + count;
+  const float* in = src + (first + 2 * begin - lo);
+  float* even = dst + begin;
+  float* odd = dst + phase_len + begin;
+  for (int64_t j = 0; j < count; j += 4) {
+    const __m128 a = _mm_loadu_ps(in + 2 * j), b = _mm_loadu_ps(in + 2 * j + 4);
+    _mm_storeu_ps(even + j, _mm_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)));
+    _mm_storeu_ps(odd + j, _mm_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+  }
+#else
+  (void)g, (void)col0, (void)lo, (void)hi, (void)src, (void)dst, (void)phase_len;
+  begin = end = 0;
+#endif
+}
+
+// Packs input row `ih` (possibly in the padding) of channels [c0, c0 + in_per_group) of sample
+// `n` for output columns [ow0, ow0 + columns) into dst + c * channel_stride (layout in
+// conv2d_internal.h). Reads only inside the input box the needed rule names; the rest is zero.
+void pack_row(const Geometry& g, const TensorView& x, int64_t n, int64_t c0, int64_t ih,
+              int64_t ow0, int64_t columns, float* dst0, int64_t channel_stride) {
+  const int64_t phase_len = g.phase_len(columns), row_stride = g.row_stride(columns);
+  const int64_t col0 = ow0 * g.stride_w;  // padded column of phase 0, entry 0
+  const int64_t needed = (columns - 1) * g.stride_w + (g.kernel_w - 1) * g.dil_w + 1;
+  // Input columns [lo, hi) are needed and exist.
+  const int64_t lo = std::max<int64_t>(col0 - g.pad_w, 0);
+  const int64_t hi = std::min<int64_t>(col0 - g.pad_w + needed, g.width);
+  const int64_t step = x.strides[3];
+  const bool inside = ih >= 0 && ih < g.height && lo < hi;
+  for (int64_t c = 0; c < g.in_per_group; ++c) {
+    float* dst = dst0 + c * channel_stride;
+    std::memset(dst, 0, sizeof(float) * static_cast<size_t>(row_stride));
+    if (!inside) continue;
+    const int64_t at[4] = {n, c0 + c, ih, lo};
+    const float* src = x.at<const float>(at);  // input column lo
+    if (g.stride_w == 1 && step == 1) {
+      std::memcpy(dst + (lo + g.pad_w - col0), src, sizeof(float) * static_cast<size_t>(hi - lo));
+      continue;
+    }
+    int64_t split_begin = 0, split_end = 0;  // entries j already written to both phases
+    if (g.stride_w == 2 && step == 1)
+      deinterleave(g, col0, lo, hi, src, dst, phase_len, split_begin, split_end);
+    // Phase r holds padded columns col0 + r + stride_w j: input columns from the first such
+    // column >= lo, every stride_w-th.
+    for (int64_t r = 0; r < g.stride_w; ++r) {
+      const int64_t first = col0 - g.pad_w + r;  // input column of entry 0
+      const int64_t j_begin = first >= lo ? 0 : (lo - first + g.stride_w - 1) / g.stride_w;
+      float* phase = dst + r * phase_len;
+      for (int64_t j = j_begin, col = first + j_begin * g.stride_w; col < hi;
+           ++j, col += g.stride_w) {
+        if (j == split_begin && split_end > split_begin) {  // skip what deinterleave wrote
+          col += (split_end - j) * g.stride_w;
+          j = split_end;
+          if (col >= hi) break;
+        }
+        phase[j] = src[(col - lo) * step];
+      }
+    }
+  }
+}
+
+// `total` items in the fewest blocks of at most `most`, of balanced sizes (the first ones one
+// larger): 10 vectors in blocks of 3 are 3, 3, 2, 2 rather than 3, 3, 3, 1, whose last block
+// would be bound by its loads.
+struct Split {
+  int64_t count, base, larger;
+  Split(int64_t total, int64_t most)
+      : count((total + most - 1) / most), base(total / count), larger(total % count) {}
+  int64_t size(int64_t block) const { return base + (block < larger ? 1 : 0); }
+};
+
+// The box's output columns [ow0, ow0 + columns) of output row (n, oh), channels [o_begin, o_end)
+// of one group, from rows packed for that chunk. Blocks go straight to the output when its rows
+// are contiguous, through `acc` otherwise.
+void compute_chunk(const KernelArgs& args, const MicroTable& table, ConvTile& tile, int64_t n,
+                   int64_t oh, int64_t o_begin, int64_t o_end, int64_t ow0, int64_t columns,
+                   float* acc) {
+  const TensorView& weight = args.inputs[1];
+  const TensorView* bias = args.inputs.size() == 3 ? &args.inputs[2] : nullptr;
+  const int64_t lanes = table.lanes;
+  const conv::Taps taps = conv::taps_of(tile.kernel_w);
+  const int64_t out_step = args.out.strides[3], out_channel_step = args.out.strides[1];
+  tile.bias_stride = bias != nullptr ? bias->strides[0] : 0;
+  const int64_t vectors = (columns + lanes - 1) / lanes;
+  const Split channel_blocks(o_end - o_begin, table.max_channels);
+  const Split pixel_blocks(vectors, table.max_vectors);
+  for (int64_t cb = 0, o0 = o_begin; cb < channel_blocks.count; o0 += channel_blocks.size(cb++)) {
+    const int ocb = static_cast<int>(channel_blocks.size(cb));
+    const int64_t w_at[4] = {o0, 0, 0, 0};
+    tile.weight = weight.at<const float>(w_at);
+    tile.bias = bias != nullptr ? bias->at<const float>(&o0) : nullptr;
+    for (int64_t pb = 0, v0 = 0; pb < pixel_blocks.count; v0 += pixel_blocks.size(pb++)) {
+      const int wv = static_cast<int>(pixel_blocks.size(pb));
+      const int64_t q0 = v0 * lanes, count = std::min(wv * lanes, columns - q0);
+      const int64_t at[4] = {n, o0, oh, ow0 + q0};
+      float* out = args.out.at<float>(at);
+      if (out_step == 1) {
+        table.at(taps, ocb, wv)(tile, q0, count, out, out_channel_step);
+        continue;
+      }
+      table.at(taps, ocb, wv)(tile, q0, count, acc, conv::kMaxBlockPixels);
+      for (int j = 0; j < ocb; ++j)
+        for (int64_t i = 0; i < count; ++i)
+          out[j * out_channel_step + i * out_step] = acc[j * conv::kMaxBlockPixels + i];
+    }
+  }
+}
+
+template <const MicroTable& (*kTable)()>
+absl::Status conv2d_f32(const KernelArgs& args) {
+  const Box& box = args.box;
+  if (box.empty()) return absl::OkStatus();
+  const MicroTable& table = kTable();
+  const Conv2dAttrs& a = args.node.attrs_as<Conv2dAttrs>();
+  const Geometry g = geometry_of(a, args.inputs[0].shape, args.inputs[1].shape, args.node.shape);
+  ScratchCarver carver(args.scratch);
+  float* rows = carver.take<float>(g.rows_floats());
+  const int64_t slots = g.ring_slots();
+  int64_t* slot_row = carver.take<int64_t>(slots);  // the input row each ring slot holds
+  int64_t* row_offset = carver.take<int64_t>(g.kernel_h);
+  int64_t* tap_offset = carver.take<int64_t>(g.kernel_w);
+  float* acc = carver.take<float>(conv::kMaxBlockChannels * conv::kMaxBlockPixels);
+  if (rows == nullptr || slot_row == nullptr || row_offset == nullptr || tap_offset == nullptr ||
+      acc == nullptr)
+    return absl::InternalError("[conv2d] kernel scratch too small");
+  ConvTile tile;
+  tile.rows = rows;
+  tile.channels = g.in_per_group;
+  tile.kernel_h = g.kernel_h;
+  tile.kernel_w = g.kernel_w;
+  tile.row_offset = row_offset;
+  tile.tap_offset = tap_offset;
+  for (int d = 0; d < 4; ++d)
+    tile.weight_strides[d] = args.inputs[1].strides[static_cast<size_t>(d)];
+  const int64_t ow_begin = box.begin(3), ow_end = box.end(3);
+  for (int64_t ow0 = ow_begin; ow0 < ow_end; ow0 += kChunk) {
+    const int64_t columns = std::min(kChunk, ow_end - ow0);
+    const int64_t phase_len = g.phase_len(columns), row_stride = g.row_stride(columns);
+    tile.channel_stride = slots * row_stride;
+    for (int64_t kw = 0; kw < g.kernel_w; ++kw)
+      tap_offset[kw] = (kw * g.dil_w % g.stride_w) * phase_len + kw * g.dil_w / g.stride_w;
+    for (int64_t n = box.begin(0); n < box.end(0); ++n) {
+      for (int64_t o = box.begin(1); o < box.end(1);) {
+        const int64_t group = o / g.out_per_group;
+        const int64_t o_end = std::min(box.end(1), (group + 1) * g.out_per_group);
+        std::fill(slot_row, slot_row + slots, std::numeric_limits<int64_t>::min());
+        for (int64_t oh = box.begin(2); oh < box.end(2); ++oh) {
+          for (int64_t kh = 0; kh < g.kernel_h; ++kh) {
+            // Input rows are >= -pad_h, so the slot index is never negative.
+            const int64_t ih = oh * g.stride_h - g.pad_h + kh * g.dil_h;
+            const int64_t slot = (ih + g.pad_h) % slots;
+            row_offset[kh] = slot * row_stride;
+            if (slot_row[slot] == ih) continue;
+            pack_row(g, args.inputs[0], n, group * g.in_per_group, ih, ow0, columns,
+                     rows + slot * row_stride, tile.channel_stride);
+            slot_row[slot] = ih;
+          }
+          compute_chunk(args, table, tile, n, oh, o, o_end, ow0, columns, acc);
+        }
+        o = o_end;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+KernelFn conv2d_kernel(const Graph& graph, const Node& node, Isa isa) {
+  if (node.dtype != DType::F32) return nullptr;
+  for (NodeId in : node.inputs)
+    if (graph.node(in).dtype != DType::F32) return nullptr;
+#if defined(__x86_64__)
+  if (isa >= Isa::Avx512) return conv2d_f32<conv::avx512_micro_table>;
+  if (isa == Isa::Avx2) return conv2d_f32<conv::avx2_micro_table>;
+#endif
+  (void)isa;
+  return conv2d_f32<conv::portable_micro_table>;
+}
+
+int64_t conv2d_scratch_bytes(const Graph& graph, const Node& node, bool) {
+  const Geometry g = geometry_of(node.attrs_as<Conv2dAttrs>(), graph.node(node.inputs[0]).shape,
+                                 graph.node(node.inputs[1]).shape, node.shape);
+  return scratch_take_bytes<float>(g.rows_floats()) + scratch_take_bytes<int64_t>(g.ring_slots()) +
+         scratch_take_bytes<int64_t>(g.kernel_h) + scratch_take_bytes<int64_t>(g.kernel_w) +
+         scratch_take_bytes<float>(conv::kMaxBlockChannels * conv::kMaxBlockPixels);
+}
+
+}  // namespace tessera::cpu

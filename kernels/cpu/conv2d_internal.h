@@ -1,0 +1,68 @@
+// Internal to the f32 conv2d kernel (conv2d.cc, conv2d_simd.cc): the packed-input tile a
+// micro-kernel reads and the per-instruction-set tables of micro-kernels.
+//
+// A micro-kernel computes a block of `ocb` output channels x `wv` vectors of output pixels along
+// one output row. For every output element it runs acc = 0, then acc = acc + x * w (one FMA on
+// AVX2 / AVX-512, a multiply then an add when portable) over the taps in the fixed order
+// (input channel, kh, kw), every tap included: taps in the zero padding read packed zeros. The
+// block shape never changes which operations an element gets, only which elements share loads.
+#pragma once
+
+#include <cstdint>
+
+namespace tessera::cpu::conv {
+
+// Largest block of any instruction set (accumulator buffer sizes).
+constexpr int kMaxBlockChannels = 8;
+constexpr int kMaxBlockPixels = 64;
+
+// One output row's input, packed: for input channel c (of the group) and kernel row kh, the
+// input row it reads starts at rows + c * channel_stride + row_offset[kh] and holds the
+// zero-padded input row split into `stride_w` phases of `phase_len` floats (phase r, entry j:
+// padded column col0 + r + stride_w j). Output pixel q (counted from the chunk's first column)
+// at tap kw reads entry q + tap_offset[kw].
+struct ConvTile {
+  const float* rows = nullptr;
+  int64_t channel_stride = 0;
+  int64_t channels = 0;  // input channels per group
+  int64_t kernel_h = 0, kernel_w = 0;
+  const int64_t* row_offset = nullptr;  // [kernel_h]
+  const int64_t* tap_offset = nullptr;  // [kernel_w]
+  const float* weight = nullptr;        // weight[o0][0][0][0] of the block's first channel
+  int64_t weight_strides[4] = {};       // elements: o, c, kh, kw
+  const float* bias = nullptr;          // bias[o0], nullptr without bias
+  int64_t bias_stride = 0;
+};
+
+// Computes the block at pixel offset `q0` and writes acc (+ bias) of channel j < ocb, pixel
+// i < count to out[j * out_stride + i] (count in ((wv - 1) * lanes, wv * lanes]).
+using MicroFn = void (*)(const ConvTile& tile, int64_t q0, int64_t count, float* out,
+                         int64_t out_stride);
+
+// Micro-kernels compiled for a fixed kernel width (unrolled tap loop) and for any.
+enum class Taps { Any = 0, One = 1, Three = 2, Five = 3 };
+inline Taps taps_of(int64_t kernel_w) {
+  return kernel_w == 1   ? Taps::One
+         : kernel_w == 3 ? Taps::Three
+         : kernel_w == 5 ? Taps::Five
+                         : Taps::Any;
+}
+
+struct MicroTable {
+  int lanes = 8;         // floats per vector
+  int max_channels = 1;  // largest ocb
+  int max_vectors = 1;   // largest wv
+  // fns[taps][(ocb - 1) * max_vectors + (wv - 1)]
+  MicroFn fns[4][kMaxBlockChannels * 4] = {};
+  MicroFn at(Taps taps, int ocb, int wv) const {
+    return fns[static_cast<int>(taps)][(ocb - 1) * max_vectors + (wv - 1)];
+  }
+};
+
+const MicroTable& portable_micro_table();
+#if defined(__x86_64__)
+const MicroTable& avx2_micro_table();
+const MicroTable& avx512_micro_table();
+#endif
+
+}  // namespace tessera::cpu::conv

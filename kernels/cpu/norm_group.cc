@@ -1,0 +1,192 @@
+// Optimised f32 layer_norm and group_norm (semantics at their definition blocks in
+// engine/ops_norm.cc).
+//
+// Exactness (DESIGN.md section 1): the statistics of a row (layer_norm) or of a whole group of
+// one sample (group_norm: its channels x all spatial positions) are computed over all of it on
+// every call, whatever the box, in one fixed order: the elements of each contiguous run (a row
+// along the last axis) go into eight double lanes by position, the lanes are summed in a fixed
+// tree, and the runs' totals are added in row-major order; mean first, then the sum of squared
+// deviations from it (two passes, like the reference). Each output element is then
+// ((x - mean) * inv_std) * weight + bias in double, rounded once to float. The box only decides
+// which elements are written. One implementation (plain C++, vectorised by the compiler) serves
+// every instruction set.
+#include <cmath>
+
+#include "engine/ops.h"
+#include "kernels/cpu/box_rows.h"
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace tessera::cpu {
+
+namespace {
+
+constexpr int kLanes = 8;
+
+double fold(const double* lanes) {
+  return ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) +
+         ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
+}
+
+// Sum of x[i * step] (centre == 0) or of (x[i * step] - centre)^2, i < count, in the fixed lane
+// order above.
+template <bool kSquares>
+double run_sum(const float* x, int64_t count, int64_t step, double centre) {
+  double lanes[kLanes] = {};
+  auto term = [&](float v) {
+    const double d = static_cast<double>(v) - centre;
+    return kSquares ? d * d : d;
+  };
+  const int64_t full = count - count % kLanes;
+  if (step == 1) {
+    for (int64_t i0 = 0; i0 < full; i0 += kLanes)
+      for (int l = 0; l < kLanes; ++l) lanes[l] += term(x[i0 + l]);
+  } else {
+    for (int64_t i0 = 0; i0 < full; i0 += kLanes)
+      for (int l = 0; l < kLanes; ++l) lanes[l] += term(x[(i0 + l) * step]);
+  }
+  for (int64_t i = full; i < count; ++i) lanes[i - full] += term(x[i * step]);
+  return fold(lanes);
+}
+
+struct Moments {
+  double mean = 0, inv_std = 0;
+};
+
+// Mean and 1 / sqrt(variance + eps) of the elements of `rows` (a box of x whose last axis is
+// whole), row after row in row-major order.
+Moments moments(const TensorView& x, const Box& rows, double eps) {
+  const int last = rows.rank() - 1;
+  const int64_t width = rows.extent(last), step = x.strides[static_cast<size_t>(last)];
+  const BoxRows box_rows(rows);
+  int64_t index[kMaxRank];
+  auto total = [&](auto squares, double centre) {
+    double sum = 0;
+    for (int64_t r = 0; r < box_rows.count(); ++r) {
+      box_rows.index(r, index);
+      sum += run_sum<decltype(squares)::value>(x.at<const float>(index), width, step, centre);
+    }
+    return sum;
+  };
+  const double count = static_cast<double>(rows.volume());
+  Moments m;
+  m.mean = total(std::false_type{}, 0.0) / count;
+  const double variance = total(std::true_type{}, m.mean) / count;
+  m.inv_std = 1.0 / std::sqrt(variance + eps);
+  return m;
+}
+
+// The optional per-channel (layer_norm: per-column) parameters.
+struct Affine {
+  const TensorView* weight = nullptr;
+  const TensorView* bias = nullptr;
+};
+
+Affine affine_of(const KernelArgs& args, bool has_weight, bool has_bias) {
+  Affine a;
+  if (has_weight) a.weight = &args.inputs[1];
+  if (has_bias) a.bias = &args.inputs[has_weight ? 2 : 1];
+  return a;
+}
+
+float param(const TensorView* view, int64_t at, float fallback) {
+  return view == nullptr ? fallback : *view->at<const float>(&at);
+}
+
+// Writes columns [j0, j0 + count) of one row: out = ((x - mean) * inv_std) * w + b in double.
+// `column_params`: weight and bias vary along the row (layer_norm) or are the row's (group_norm).
+void normalise_row(const float* x, int64_t x_step, float* out, int64_t out_step, int64_t count,
+                   const Moments& m, const Affine& affine, int64_t param_index,
+                   bool column_params) {
+  const bool has_weight = affine.weight != nullptr, has_bias = affine.bias != nullptr;
+  if (!column_params) {
+    const double w = param(affine.weight, param_index, 1.0f),
+                 b = param(affine.bias, param_index, 0.0f);
+    for (int64_t i = 0; i < count; ++i) {
+      double y = (static_cast<double>(x[i * x_step]) - m.mean) * m.inv_std;
+      if (has_weight) y *= w;
+      if (has_bias) y += b;
+      out[i * out_step] = static_cast<float>(y);
+    }
+    return;
+  }
+  for (int64_t i = 0; i < count; ++i) {
+    double y = (static_cast<double>(x[i * x_step]) - m.mean) * m.inv_std;
+    if (has_weight) y *= static_cast<double>(param(affine.weight, param_index + i, 1.0f));
+    if (has_bias) y += static_cast<double>(param(affine.bias, param_index + i, 0.0f));
+    out[i * out_step] = static_cast<float>(y);
+  }
+}
+
+absl::Status layer_norm_f32(const KernelArgs& args) {
+  const Box& box = args.box;
+  if (box.empty()) return absl::OkStatus();
+  const LayerNormAttrs& a = args.node.attrs_as<LayerNormAttrs>();
+  const Affine affine = affine_of(args, a.has_weight, a.has_bias);
+  const TensorView& x = args.inputs[0];
+  const int last = box.rank() - 1;
+  const int64_t width = args.node.shape[static_cast<size_t>(last)];
+  const int64_t j0 = box.begin(last), columns = box.extent(last);
+  const BoxRows rows(box);
+  int64_t index[kMaxRank];
+  for (int64_t r = 0; r < rows.count(); ++r) {
+    rows.index(r, index);
+    Box row = Box::of_rank(box.rank());
+    for (int d = 0; d < last; ++d) row[d] = Interval(index[d], index[d] + 1);
+    row[last] = Interval(0, width);
+    const Moments m = moments(x, row, a.eps);
+    normalise_row(x.at<const float>(index), x.strides[static_cast<size_t>(last)],
+                  args.out.at<float>(index), args.out.strides[static_cast<size_t>(last)], columns,
+                  m, affine, j0, true);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status group_norm_f32(const KernelArgs& args) {
+  const Box& box = args.box;
+  if (box.empty()) return absl::OkStatus();
+  const GroupNormAttrs& a = args.node.attrs_as<GroupNormAttrs>();
+  const Affine affine = affine_of(args, a.has_weight, a.has_bias);
+  const TensorView& x = args.inputs[0];
+  const Shape& shape = args.node.shape;
+  const int rank = box.rank(), last = rank - 1;
+  const int64_t group_size = shape[1] / a.groups;
+  for (int64_t n = box.begin(0); n < box.end(0); ++n) {
+    for (int64_t g = box.begin(1) / group_size; g * group_size < box.end(1); ++g) {
+      Box group = Box::full(shape);
+      group[0] = Interval(n, n + 1);
+      group[1] = Interval(g * group_size, (g + 1) * group_size);
+      const Moments m = moments(x, group, a.eps);
+      const Box part = box.intersect(group);
+      if (part.empty()) continue;
+      const BoxRows rows(part);
+      int64_t index[kMaxRank];
+      for (int64_t r = 0; r < rows.count(); ++r) {
+        rows.index(r, index);
+        normalise_row(x.at<const float>(index), x.strides[static_cast<size_t>(last)],
+                      args.out.at<float>(index), args.out.strides[static_cast<size_t>(last)],
+                      part.extent(last), m, affine, index[1],
+                      /*column_params=*/rank == 2);  // rank 2: rows run along channels
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+bool all_f32(const Graph& graph, const Node& node) {
+  if (node.dtype != DType::F32) return false;
+  for (NodeId in : node.inputs)
+    if (graph.node(in).dtype != DType::F32) return false;
+  return true;
+}
+
+}  // namespace
+
+KernelFn layer_norm_kernel(const Graph& graph, const Node& node, Isa) {
+  return all_f32(graph, node) && node.rank() >= 1 ? layer_norm_f32 : nullptr;
+}
+
+KernelFn group_norm_kernel(const Graph& graph, const Node& node, Isa) {
+  return all_f32(graph, node) && node.rank() >= 2 ? group_norm_f32 : nullptr;
+}
+
+}  // namespace tessera::cpu
