@@ -249,6 +249,7 @@ class GraphSession {
 
   std::shared_ptr<MemoryPool> pool_;  // first: every buffer below is returned to it
   const Graph& user_;
+  const std::weak_ptr<const void> user_alive_;  // expires with the user graph (Graph::liveness)
   const int32_t node_count_;  // the user graph's size when the session was created
   std::unique_ptr<Graph> exec_;    // what the session runs (section "execution graph" above)
   const Graph* graph_ = nullptr;   // the graph the per-node state below indexes: exec_ (or
