@@ -23,6 +23,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "backends/backend.h"
 #include "engine/graph.h"
 #include "engine/memory_pool.h"
@@ -153,8 +154,12 @@ class GraphSession {
   void read(std::string_view output, const Box& box, std::span<std::byte> out);
   template <class T>
   std::vector<T> read(std::string_view output, const Box& box) {
-    std::vector<T> out(static_cast<size_t>(box.volume() < 0 ? 0 : box.volume()));
-    read_checked(output_id(output), box, std::as_writable_bytes(std::span<T>(out)), dtype_of<T>());
+    const NodeId id = output_id(output);
+    // Validated before the result is allocated: a bad or huge box is an Error, not bad_alloc.
+    check_box(absl::StrCat("read of '", std::string(output), "':"), graph_->node(id), box);
+    MemoryPool::check_allocatable(dtype_bytes(dtype_of<T>(), box.volume()), "the result of a read");
+    std::vector<T> out(static_cast<size_t>(box.volume()));
+    read_checked(id, box, std::as_writable_bytes(std::span<T>(out)), dtype_of<T>());
     return out;
   }
   // Same for any node of the graph (tests, debugging).
