@@ -2,7 +2,7 @@
 # Installs the system packages the build needs (Debian 12), non-interactively and only when
 # missing. Safe to run repeatedly.
 set -euo pipefail
-packages=(cmake ninja-build g++ pkg-config libabsl-dev libxxhash-dev doctest-dev nlohmann-json3-dev python3 python3-pip)
+packages=(cmake ninja-build g++ clang libclang-rt-dev pkg-config libabsl-dev libxxhash-dev doctest-dev nlohmann-json3-dev python3 python3-pip)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
