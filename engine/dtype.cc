@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/error.h"
 
 namespace tessera {
 
@@ -44,7 +45,9 @@ int64_t dtype_block_bytes(DType dtype) {
 }
 
 int64_t dtype_bytes(DType dtype, int64_t elements) {
-  return elements / dtype_block_size(dtype) * dtype_block_bytes(dtype);
+  int64_t bytes = 0;
+  if (__builtin_mul_overflow(elements / dtype_block_size(dtype), dtype_block_bytes(dtype), &bytes)) return INT64_MAX;
+  return bytes;
 }
 
 const char* dtype_name(DType dtype) {
@@ -74,8 +77,35 @@ bool is_integer(DType dtype) { return dtype == DType::I32 || dtype == DType::I64
 
 int64_t shape_volume(const Shape& shape) {
   int64_t v = 1;
-  for (int64_t d : shape) v *= d;
-  return v;
+  bool overflow = false;
+  for (int64_t d : shape) {
+    if (d == 0) return 0;
+    overflow = overflow || __builtin_mul_overflow(v, d, &v);
+  }
+  return overflow ? INT64_MAX : v;
+}
+
+void check_shape_size(std::string_view op, const Shape& shape, DType dtype) {
+  const int64_t volume = shape_volume(shape);
+  if (volume == INT64_MAX)
+    throw Error(absl::StrCat("[", std::string(op), "] shape ", shape_string(shape), " has more elements than int64 can count"));
+  if (dtype_bytes(dtype, volume) == INT64_MAX)
+    throw Error(absl::StrCat("[", std::string(op), "] shape ", shape_string(shape), " of ", dtype_name(dtype),
+                             " has a byte size that overflows int64"));
+}
+
+int64_t checked_mul(std::string_view op, std::string_view what, int64_t a, int64_t b) {
+  int64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r))
+    throw Error(absl::StrCat("[", std::string(op), "] ", std::string(what), ": ", a, " * ", b, " overflows int64"));
+  return r;
+}
+
+int64_t checked_add(std::string_view op, std::string_view what, int64_t a, int64_t b) {
+  int64_t r = 0;
+  if (__builtin_add_overflow(a, b, &r))
+    throw Error(absl::StrCat("[", std::string(op), "] ", std::string(what), ": ", a, " + ", b, " overflows int64"));
+  return r;
 }
 
 std::string shape_string(const Shape& shape) { return absl::StrCat("[", absl::StrJoin(shape, ", "), "]"); }

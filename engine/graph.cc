@@ -83,17 +83,26 @@ uint64_t node_hash(const Node& node, uint64_t constant_content_hash) {
   return h;
 }
 
-static void check_shape(std::string_view op, const Shape& shape) {
+// Every node passes here: rank, no negative dimension, and an element count and byte size that
+// fit int64 (so no size computed from a node's shape can overflow later).
+static void check_shape(std::string_view op, const Shape& shape, DType dtype) {
   if (shape.size() > kMaxRank) fail(op, absl::StrCat("rank ", shape.size(), " exceeds ", kMaxRank));
   for (int64_t d : shape)
     if (d < 0) fail(op, absl::StrCat("negative dimension in shape ", shape_string(shape)));
+  check_shape_size(op, shape, dtype);
+}
+
+static void check_handle(std::string_view op, const Graph& graph, Tensor t) {
+  if (t.graph != &graph) fail(op, "input tensor belongs to another graph (or is empty)");
+  if (t.id < 0 || t.id >= graph.size())
+    fail(op, absl::StrCat("tensor handle %", t.id, " is not a node of its graph (", graph.size(), " nodes)"));
 }
 
 Tensor Graph::input(std::string_view name, const Shape& shape, DType dtype) {
   if (name.empty()) fail("input", "empty name");
   if (find_input(name) >= 0) fail("input", "duplicate input name '" + std::string(name) + "'");
-  check_shape("input", shape);
   if (is_quantized(dtype)) fail("input", "inputs cannot be quantised");
+  check_shape("input", shape, dtype);
   Node node;
   node.kind = OpKind::Input;
   node.dtype = dtype;
@@ -105,7 +114,7 @@ Tensor Graph::input(std::string_view name, const Shape& shape, DType dtype) {
 }
 
 Tensor Graph::add_constant(const Shape& shape, DType dtype, ConstantData data) {
-  check_shape("constant", shape);
+  check_shape("constant", shape, dtype);
   if (is_quantized(dtype) && (shape.empty() || shape.back() % dtype_block_size(dtype) != 0))
     fail("constant", absl::StrCat(dtype_name(dtype), " rows must be whole blocks of ", dtype_block_size(dtype),
                                   ", shape ", shape_string(shape)));
@@ -167,7 +176,8 @@ Tensor Graph::scalar(float value, DType dtype) {
 }
 
 void Graph::output(std::string_view name, Tensor t) {
-  if (t.graph != this) fail("output", "tensor belongs to another graph");
+  if (name.empty()) fail("output", "empty name");
+  check_handle("output", *this, t);
   if (find_output(name) >= 0) fail("output", "duplicate output name '" + std::string(name) + "'");
   outputs_.emplace_back(std::string(name), t.id);
 }
@@ -188,7 +198,7 @@ Tensor Graph::add_node(std::span<const Tensor> inputs, OpAttrs attrs) {
   node.kind = kind;
   node.attrs = std::move(attrs);
   for (const Tensor& t : inputs) {
-    if (t.graph != this) fail(def.name, "input tensor belongs to another graph (or is empty)");
+    check_handle(def.name, *this, t);
     node.inputs.push_back(t.id);
   }
   // Quantised weights feed only the ops whose kernels dequantise them.
@@ -196,7 +206,7 @@ Tensor Graph::add_node(std::span<const Tensor> inputs, OpAttrs attrs) {
     if (is_quantized(t.dtype()) && kind != OpKind::Linear && kind != OpKind::Gather)
       fail(def.name, absl::StrCat("does not accept quantised ", dtype_name(t.dtype()), " inputs"));
   def.infer(*this, node);
-  check_shape(def.name, node.shape);
+  check_shape(def.name, node.shape, node.dtype);
   return intern(std::move(node));
 }
 

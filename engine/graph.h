@@ -91,11 +91,13 @@ class Graph {
                            std::shared_ptr<const void> owner);
   Tensor constant(const Shape& shape, const std::vector<float>& values);
   Tensor scalar(float value, DType dtype = DType::F32);
-  // Names a node as an output readable through GraphSession::read.
+  // Names a node as an output readable through GraphSession::read (`t` must be a node of this
+  // graph). Sessions created before see only the outputs named before them.
   void output(std::string_view name, Tensor t);
 
-  // Adds (or finds) a node of the kind of `attrs`; validates through the op's definition.
-  // Throws Error.
+  // Adds (or finds) a node of the kind of `attrs`; validates through the op's definition, and
+  // that every input is a node of this graph and the result's element count and byte size fit
+  // int64. Throws Error.
   Tensor add_node(std::span<const Tensor> inputs, OpAttrs attrs);
   // The same, checking that `attrs` belong to `kind`.
   Tensor add_node(OpKind kind, std::span<const Tensor> inputs, OpAttrs attrs);
@@ -109,6 +111,9 @@ class Graph {
   const std::vector<std::pair<std::string, NodeId>>& outputs() const { return outputs_; }
   // 64-bit structural hash of the whole graph (xxHash).
   uint64_t structure_hash() const;
+  // A token that lives exactly as long as this graph. A GraphSession keeps a weak_ptr to it and
+  // refuses to run (Error) once the graph it was created on is destroyed.
+  std::weak_ptr<const void> liveness() const { return liveness_; }
 
  private:
   Tensor intern(Node node);
@@ -119,6 +124,7 @@ class Graph {
   absl::flat_hash_map<uint64_t, absl::InlinedVector<NodeId, 1>> by_hash_;
   std::vector<NodeId> input_ids_;
   std::vector<std::pair<std::string, NodeId>> outputs_;
+  std::shared_ptr<const void> liveness_ = std::make_shared<const int>(0);
 };
 
 uint64_t node_hash(const Node& node, uint64_t constant_content_hash);

@@ -1,6 +1,7 @@
 #include "engine/memory_pool.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -18,6 +19,7 @@ constexpr size_t kAlign = 64;
 constexpr size_t kHugePage = size_t{2} << 20;
 
 std::byte* aligned_new(int64_t bytes, size_t align, const char* what) {
+  MemoryPool::check_allocatable(bytes, what);
   try {
     return static_cast<std::byte*>(::operator new[](static_cast<size_t>(std::max<int64_t>(bytes, 1)), std::align_val_t(align)));
   } catch (const std::bad_alloc&) {
@@ -30,6 +32,13 @@ void aligned_delete(std::byte* p, size_t align) { ::operator delete[](p, std::al
 }  // namespace
 
 MemoryPool::MemoryPool(MemoryPoolOptions options) : options_(options) {}
+
+void MemoryPool::check_allocatable(int64_t bytes, const char* what) {
+  static const int64_t physical = static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE);
+  if (bytes > physical)
+    throw Error(absl::StrCat("[pool] ", bytes, " bytes for ", what, " exceed the machine's memory (", physical,
+                             " bytes)"));
+}
 
 MemoryPool::~MemoryPool() {
   release_devices();

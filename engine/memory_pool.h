@@ -75,6 +75,10 @@ class MemoryPool {
 
   enum class Use : uint8_t { Kept, Pinned, Input, Weight };
 
+  // Throws Error "[pool] ..." when `bytes` exceed the machine's physical memory: such a buffer
+  // can never be allocated (or would be killed for memory), so it fails before touching memory.
+  static void check_allocatable(int64_t bytes, const char* what);
+
  private:
   friend class GraphSession;
   // All below: the caller holds mutex_.

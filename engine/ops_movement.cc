@@ -17,6 +17,8 @@ constexpr int64_t kMaxRepeatBoxes = 64;
 
 Graph& graph_of(std::string_view op, Tensor x) {
   if (x.graph == nullptr) fail(op, "empty tensor");
+  if (x.id < 0 || x.id >= x.graph->size())
+    fail(op, absl::StrCat("tensor handle %", x.id, " is not a node of its graph"));
   return *x.graph;
 }
 
@@ -38,9 +40,9 @@ SliceAxis slice_axis(const Node& node, int d) {
   return {a.start[d], a.stop[d], a.step[d]};
 }
 
-// a >= 0, b > 0.
+// a >= 0, b > 0 (written so that a + b cannot overflow, e.g. for a step of INT64_MAX).
 int64_t ceil_div(int64_t a, int64_t b) {
-  return (a + b - 1) / b;
+  return a == 0 ? 0 : (a - 1) / b + 1;
 }
 
 // ---- concat helper -------------------------------------------------------------------------
@@ -215,7 +217,7 @@ const OpDef kPadDef{
             const int64_t before = a.before[d], after = a.after[d];
             if (before < 0 || after < 0)
               fail("pad", absl::StrCat("negative pad on axis ", d, ": ", before, ", ", after));
-            node.shape[d] = before + x.shape[d] + after;
+            node.shape[d] = checked_add("pad", absl::StrCat("axis ", d), checked_add("pad", "before", before, x.shape[d]), after);
           }
           node.dtype = x.dtype;
         },
@@ -278,7 +280,7 @@ const OpDef kConcatDef{
             if (!same)
               fail("concat", absl::StrCat("shape mismatch: ", shape_string(first.shape), " vs ",
                                           shape_string(x.shape), " outside axis ", axis));
-            node.shape[axis] += x.shape[axis];
+            node.shape[axis] = checked_add("concat", "concatenated axis", node.shape[axis], x.shape[axis]);
           }
           node.dtype = first.dtype;
         },
@@ -318,7 +320,7 @@ std::vector<Tensor> split(Tensor x, int64_t axis, std::vector<int64_t> sizes) {
   int64_t total = 0;
   for (int64_t s : sizes) {
     if (s < 0) fail("split", absl::StrCat("negative size ", s));
-    total += s;
+    total = checked_add("split", "sizes", total, s);
   }
   if (total != shape[a])
     fail("split", absl::StrCat("sizes sum to ", total, " but axis ", a, " has ", shape[a]));
@@ -365,7 +367,7 @@ const OpDef kRepeatDef{
           for (int d = 0; d < x.rank(); ++d) {
             if (repeats[d] < 1)
               fail("repeat", absl::StrCat("repeats must be >= 1, got ", repeats[d]));
-            node.shape[d] *= repeats[d];
+            node.shape[d] = checked_mul("repeat", absl::StrCat("axis ", d), node.shape[d], repeats[d]);
           }
           node.dtype = x.dtype;
         },

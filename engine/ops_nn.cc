@@ -36,9 +36,12 @@ struct Window {
   int64_t dilation = 1;
 };
 
-// floor((in + 2p - d(k-1) - 1) / s) + 1, or 0 when not even one window fits.
-int64_t window_output_size(int64_t in, const Window& w) {
-  const int64_t span = in + 2 * w.pad - w.dilation * (w.kernel - 1) - 1;
+// floor((in + 2p - d(k-1) - 1) / s) + 1, or 0 when not even one window fits. Throws Error when
+// the padded input or the dilated window does not fit int64 (the rules then cannot overflow).
+int64_t window_output_size(std::string_view op, int64_t in, const Window& w) {
+  const int64_t padded = checked_add(op, "padded input", in, checked_mul(op, "padding", 2, w.pad));
+  const int64_t reach = checked_mul(op, "dilated window", w.dilation, w.kernel - 1);
+  const int64_t span = padded - reach - 1;
   return span < 0 ? 0 : span / w.stride + 1;
 }
 
@@ -173,7 +176,8 @@ void conv2d_infer(const Graph& g, Node& node) {
            absl::StrCat("bias must be [", weight.shape[0], "], got ", shape_string(bias.shape)));
   }
   const ConvGeometry c = conv_geometry(g, node);
-  const int64_t oh = window_output_size(x.shape[2], c.h), ow = window_output_size(x.shape[3], c.w);
+  const int64_t oh = window_output_size("conv2d", x.shape[2], c.h);
+  const int64_t ow = window_output_size("conv2d", x.shape[3], c.w);
   if (oh <= 0 || ow <= 0)
     fail("conv2d", absl::StrCat("input ", shape_string(x.shape), " too small for the kernel"));
   node.shape = Shape{x.shape[0], weight.shape[0], oh, ow};
@@ -244,7 +248,8 @@ void pool2d_infer(const Graph& g, Node& node) {
   if (a.stride < 1) fail("pool2d", "stride must be >= 1");
   if (a.padding < 0 || a.padding >= a.kernel) fail("pool2d", "padding must be in [0, kernel)");
   const Window w = pool_window(node);
-  const int64_t oh = window_output_size(x.shape[2], w), ow = window_output_size(x.shape[3], w);
+  const int64_t oh = window_output_size("pool2d", x.shape[2], w);
+  const int64_t ow = window_output_size("pool2d", x.shape[3], w);
   if (oh <= 0 || ow <= 0)
     fail("pool2d", absl::StrCat("input ", shape_string(x.shape), " too small for the kernel"));
   node.shape = Shape{x.shape[0], x.shape[1], oh, ow};

@@ -14,6 +14,8 @@ using Boxes = Region::Boxes;
 
 Graph& graph_of(std::string_view op, Tensor x) {
   if (x.graph == nullptr) fail(op, "empty tensor");
+  if (x.id < 0 || x.id >= x.graph->size())
+    fail(op, absl::StrCat("tensor handle %", x.id, " is not a node of its graph"));
   return *x.graph;
 }
 
@@ -259,7 +261,7 @@ Tensor reshape(Tensor x, const Shape& shape) {
     } else if (shape[d] < 0) {
       fail("reshape", absl::StrCat("negative dimension in ", shape_string(shape)));
     } else {
-      known *= shape[d];
+      known = checked_mul("reshape", "target element count", known, shape[d]);
     }
   }
   if (infer_at >= 0) {

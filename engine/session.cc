@@ -33,7 +33,7 @@ std::shared_ptr<MemoryPool> pool_for(const SessionOptions& options) {
 }  // namespace
 
 GraphSession::GraphSession(const Graph& graph, SessionOptions options)
-    : pool_(pool_for(options)), user_(graph), node_count_(graph.size()), options_(options),
+    : pool_(pool_for(options)), user_(graph), user_alive_(graph.liveness()), node_count_(graph.size()), options_(options),
       backend_(make_backend(options, /*fallback=*/false)) {
   if (options_.max_region_boxes < 1 || options_.max_valid_boxes < 1)
     throw Error(absl::StrCat("[session] max_region_boxes (", options_.max_region_boxes, ") and max_valid_boxes (",
@@ -245,6 +245,8 @@ NodeId GraphSession::exec_id(NodeId user_node) const {
 NodeId GraphSession::execution_node(NodeId node) const { return exec_id(node); }
 
 void GraphSession::check_graph_unchanged() const {
+  if (user_alive_.expired())
+    throw Error("[session] the graph this session was created on was destroyed; the session cannot run");
   if (user_.size() != node_count_)
     throw Error(absl::StrCat("[session] the graph has ", user_.size(), " nodes but had ", node_count_,
                              " when the session was created; create a new session"));
@@ -255,12 +257,15 @@ const Region& GraphSession::valid_region(NodeId node) const { return valid_[stat
 bool GraphSession::is_kept(NodeId node) const { return kept_[static_cast<size_t>(exec_id(node))] != 0; }
 
 bool GraphSession::is_folded(NodeId node) const {
+  const NodeId id = exec_id(node);  // validates `node` before the user graph is indexed
+  check_graph_unchanged();
   const OpKind kind = user_.node(node).kind;
-  return fixed_[static_cast<size_t>(exec_id(node))] && kind != OpKind::Input && kind != OpKind::Constant;
+  return fixed_[static_cast<size_t>(id)] && kind != OpKind::Input && kind != OpKind::Constant;
 }
 
 bool GraphSession::is_fused_away(NodeId node) const {
   const NodeId id = exec_id(node);
+  check_graph_unchanged();
   const OpKind kind = user_.node(node).kind;
   // Nodes no output reads were never live; only those the passes disconnected count.
   return !live_[static_cast<size_t>(id)] && kind != OpKind::Input && kind != OpKind::Constant &&

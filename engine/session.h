@@ -23,6 +23,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "backends/backend.h"
 #include "engine/graph.h"
 #include "engine/memory_pool.h"
@@ -165,8 +166,12 @@ class GraphSession {
   void read(std::string_view output, const Box& box, std::span<std::byte> out);
   template <class T>
   std::vector<T> read(std::string_view output, const Box& box) {
-    std::vector<T> out(static_cast<size_t>(box.volume() < 0 ? 0 : box.volume()));
-    read_checked(output_id(output), box, std::as_writable_bytes(std::span<T>(out)), dtype_of<T>());
+    const NodeId id = output_id(output);
+    // Validated before the result is allocated: a bad or huge box is an Error, not bad_alloc.
+    check_box(absl::StrCat("read of '", std::string(output), "':"), graph_->node(id), box);
+    MemoryPool::check_allocatable(dtype_bytes(dtype_of<T>(), box.volume()), "the result of a read");
+    std::vector<T> out(static_cast<size_t>(box.volume()));
+    read_checked(id, box, std::as_writable_bytes(std::span<T>(out)), dtype_of<T>());
     return out;
   }
   // Same for any node of the graph (tests, debugging).
@@ -280,6 +285,7 @@ class GraphSession {
 
   std::shared_ptr<MemoryPool> pool_;  // first: every buffer below is returned to it
   const Graph& user_;
+  const std::weak_ptr<const void> user_alive_;  // expires with the user graph (Graph::liveness)
   const int32_t node_count_;  // the user graph's size when the session was created
   std::unique_ptr<Graph> exec_;    // what the session runs (section "execution graph" above)
   const Graph* graph_ = nullptr;   // the graph the per-node state below indexes: exec_ (or

@@ -195,6 +195,9 @@ void GraphSession::read_checked(NodeId node, const Box& box, std::span<std::byte
                              dtype_name(dtype)));
   if (box.rank() != tn.rank() || !box.inside(tn.shape))
     check_box(absl::StrCat("read of ", op_display_name(tn), ":"), tn, box);
+  if (is_quantized(tn.dtype))  // values are blocks, not elements: there is no dense box to copy
+    throw Error(absl::StrCat("[session] read of ", op_display_name(tn), ": ", dtype_name(tn.dtype),
+                             " values are quantised blocks, not elements, and cannot be read (gather rows to read them as f32)"));
   const int64_t expected = box.volume() * dtype_size(tn.dtype);
   if (static_cast<int64_t>(out.size()) != expected)
     throw Error(absl::StrCat("[session] read of ", op_display_name(tn), ": buffer has ", out.size(), " bytes, box needs ",

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstring>
@@ -452,6 +453,22 @@ class GgufParser {
                           " run past the end of the data section (", data_size, " bytes)"));
       }
       tensor.data = bytes_.data() + data_offset + tensor.offset;
+    }
+    reject_overlaps();
+  }
+
+  // Two tensors sharing bytes mean a corrupt table (a writer never aliases tensors).
+  void reject_overlaps() const {
+    std::vector<const GgufTensor*> order;
+    for (const GgufTensor& t : file_.tensors_)
+      if (t.size_bytes > 0) order.push_back(&t);
+    std::sort(order.begin(), order.end(), [](const GgufTensor* a, const GgufTensor* b) { return a->offset < b->offset; });
+    for (size_t i = 1; i < order.size(); ++i) {
+      const GgufTensor& prev = *order[i - 1];
+      const GgufTensor& next = *order[i];
+      if (next.offset < prev.offset + prev.size_bytes)
+        fail(absl::StrCat("tensors '", sv(prev.name), "' (bytes ", prev.offset, "..", prev.offset + prev.size_bytes,
+                          ") and '", sv(next.name), "' (from ", next.offset, ") overlap"));
     }
   }
 

@@ -52,6 +52,8 @@ LlmConfig read_llm_config(const GgufFile& file) {
   c.rope_base = float_or(file, key(c, "rope.freq_base"), 10000.0);
   c.rope_dims = int_or(file, key(c, "rope.dimension_count"), c.head_dim);
   const GgufTensor& embedding = file.tensor("token_embd.weight");
+  if (embedding.dims.size() != 2)
+    throw Error(absl::StrCat("[llm] token_embd.weight must have 2 dims, has ", embedding.dims.size()));
   c.vocab = int_or(file, key(c, "vocab_size"), embedding.shape()[0]);
   c.tied_output = file.find_tensor("output.weight") == nullptr;
   c.attention_scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
@@ -68,6 +70,11 @@ LlmConfig read_llm_config(const GgufFile& file) {
     c.embedding_scale = std::sqrt(static_cast<double>(c.dim));
     c.final_softcap = float_or(file, key(c, "final_logit_softcapping"), 0.0);
   }
+  if (c.head_dim <= 0) throw Error(absl::StrCat("[llm] attention.key_length must be positive, got ", c.head_dim));
+  checked_mul("llm", "head_count * key_length", c.heads, c.head_dim);
+  if (c.rope_dims < 0) throw Error(absl::StrCat("[llm] rope.dimension_count must be >= 0, got ", c.rope_dims));
+  if (c.sliding_window < 0)
+    throw Error(absl::StrCat("[llm] attention.sliding_window must be >= 0, got ", c.sliding_window));
   if (c.kv_heads <= 0 || c.heads % c.kv_heads != 0)
     throw Error(absl::StrCat("[llm] ", c.heads, " heads are not a multiple of ", c.kv_heads, " kv heads"));
   if (c.rope_dims % 2 != 0 || c.rope_dims > c.head_dim)

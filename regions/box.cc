@@ -26,9 +26,16 @@ bool Box::empty() const {
 }
 
 int64_t Box::volume() const {
+  // Saturates instead of overflowing: a box inside any node's shape never does (Graph checks
+  // that shapes' element counts fit int64), but callers may measure boxes of any extent.
   int64_t v = 1;
-  for (int i = 0; i < rank_; ++i) v *= dims_[i].size();
-  return v;
+  bool overflow = false;
+  for (int i = 0; i < rank_; ++i) {
+    const int64_t size = dims_[i].size();
+    if (size == 0) return 0;
+    overflow = overflow || __builtin_mul_overflow(v, size, &v);
+  }
+  return overflow ? INT64_MAX : v;
 }
 
 bool Box::contains(const Box& other) const {

@@ -18,7 +18,12 @@ struct Interval {
   int64_t end = 0;
   constexpr Interval() = default;
   constexpr Interval(int64_t b, int64_t e) : begin(b), end(e) {}
-  constexpr int64_t size() const { return end > begin ? end - begin : 0; }
+  // Saturates at INT64_MAX for intervals wider than int64 can count (e.g. [INT64_MIN, 1)).
+  constexpr int64_t size() const {
+    if (end <= begin) return 0;
+    const uint64_t width = static_cast<uint64_t>(end) - static_cast<uint64_t>(begin);
+    return width > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(width);
+  }
   constexpr bool empty() const { return end <= begin; }
   friend constexpr bool operator==(const Interval&, const Interval&) = default;
 };
@@ -47,7 +52,7 @@ class Box {
 
   // A box of rank 0 holds exactly one element (a scalar); otherwise empty if any dim is empty.
   bool empty() const;
-  int64_t volume() const;
+  int64_t volume() const;  // saturates at INT64_MAX
   bool contains(const Box& other) const;  // other empty -> true
   bool contains_point(const int64_t* index) const;
   bool intersects(const Box& other) const;
