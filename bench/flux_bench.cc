@@ -2,8 +2,8 @@
 // read of the velocity and the incremental reads after typical edits, and writes the weights
 // file the PyTorch reference loads (scripts/reference_flux.py).
 //
-// Usage: flux_bench [--latent H W] [--text N] [--seed S] [--threads T] [--repeats R]
-//        flux_bench --write-weights PATH [--seed S]
+// Usage: flux_bench [--latent H W] [--text L] [--layers D S] [--seed S] [--threads T] [--repeats R]
+//        flux_bench --write-weights PATH [--layers D S] [--seed S]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -23,6 +23,7 @@ namespace {
 struct Options {
   int64_t height = 32, width = 32;  // latent size: (H/2) * (W/2) image tokens
   int64_t text = 32;
+  int64_t double_layers = 1, single_layers = 2;  // FluxConfig's defaults
   uint64_t seed = 1;
   int threads = 0;
   int repeats = 3;
@@ -31,14 +32,16 @@ struct Options {
 
 void print_usage(std::FILE* f) {
   std::fprintf(f,
-               "usage: flux_bench [--latent H W] [--text N] [--seed S] [--threads T] [--repeats R]\n"
-               "       flux_bench --write-weights PATH [--seed S]\n"
-               "  Builds the FLUX.2-style transformer of the default FluxConfig with weights seeded by S\n"
-               "  over a latent of H x W (even; (H/2)*(W/2) image tokens) and N text tokens, then prints\n"
-               "  the time and elements computed of: the first full read of the velocity, a repeated\n"
-               "  read, and reads after changing the timestep, the last text token and one image token\n"
-               "  (median of R runs each). --write-weights writes the weights as F32 safetensors with\n"
-               "  diffusers' names and exits. Defaults: --latent 32 32 --text 32 --seed 1 --repeats 3.\n");
+               "usage: flux_bench [--latent H W] [--text L] [--layers D S] [--seed N] [--threads T]\n"
+               "                  [--repeats R]\n"
+               "       flux_bench --write-weights PATH [--layers D S] [--seed N]\n"
+               "  Builds the FLUX.2-style transformer of the default FluxConfig with D double-stream\n"
+               "  and S single-stream blocks and weights seeded by N, over a latent of H x W (even:\n"
+               "  (H/2)*(W/2) image tokens) and L text tokens, then prints the time and elements\n"
+               "  computed of: the first full read of the velocity, a repeated read, and reads after\n"
+               "  changing the timestep, the last text token and one image token (median of R runs\n"
+               "  each). --write-weights writes the weights as F32 safetensors with diffusers' names\n"
+               "  and exits. Defaults: --latent 32 32 --text 32 --layers 1 2 --seed 1 --repeats 3.\n");
 }
 
 bool parse(int argc, char** argv, Options* o) {
@@ -57,6 +60,9 @@ bool parse(int argc, char** argv, Options* o) {
     if (arg == "--latent" && i + 1 < argc) {
       o->height = value;
       o->width = std::atoll(argv[++i]);
+    } else if (arg == "--layers" && value >= 0 && i + 1 < argc) {
+      o->double_layers = value;
+      o->single_layers = std::atoll(argv[++i]);
     } else if (arg == "--text" && value > 0) {
       o->text = value;
     } else if (arg == "--seed" && value >= 0) {
@@ -86,6 +92,8 @@ std::vector<float> random_values(std::mt19937_64& rng, size_t n) {
 int run(const Options& o) {
   FluxConfig config;
   config.seed = o.seed;
+  config.num_layers = o.double_layers;
+  config.num_single_layers = o.single_layers;
   const FluxWeights weights = flux_random_weights(config);
   if (!o.write_weights.empty()) {
     write_flux_safetensors(weights, o.write_weights);
