@@ -31,17 +31,18 @@ struct Options {
 };
 
 void print_usage(std::FILE* f) {
-  std::fprintf(f,
-               "usage: flux_bench [--latent H W] [--text L] [--layers D S] [--seed N] [--threads T]\n"
-               "                  [--repeats R]\n"
-               "       flux_bench --write-weights PATH [--layers D S] [--seed N]\n"
-               "  Builds the FLUX.2-style transformer of the default FluxConfig with D double-stream\n"
-               "  and S single-stream blocks and weights seeded by N, over a latent of H x W (even:\n"
-               "  (H/2)*(W/2) image tokens) and L text tokens, then prints the time and elements\n"
-               "  computed of: the first full read of the velocity, a repeated read, and reads after\n"
-               "  changing the timestep, the last text token and one image token (median of R runs\n"
-               "  each). --write-weights writes the weights as F32 safetensors with diffusers' names\n"
-               "  and exits. Defaults: --latent 32 32 --text 32 --layers 1 2 --seed 1 --repeats 3.\n");
+  std::fprintf(
+      f,
+      "usage: flux_bench [--latent H W] [--text L] [--layers D S] [--seed N] [--threads T]\n"
+      "                  [--repeats R]\n"
+      "       flux_bench --write-weights PATH [--layers D S] [--seed N]\n"
+      "  Builds the FLUX.2-style transformer of the default FluxConfig with D double-stream\n"
+      "  and S single-stream blocks and weights seeded by N, over a latent of H x W (even:\n"
+      "  (H/2)*(W/2) image tokens) and L text tokens, then prints the time and elements\n"
+      "  computed of: the first full read of the velocity, a repeated read, and reads after\n"
+      "  changing the timestep, the last text token and one image token (median of R runs\n"
+      "  each). --write-weights writes the weights as F32 safetensors with diffusers' names\n"
+      "  and exits. Defaults: --latent 32 32 --text 32 --layers 1 2 --seed 1 --repeats 3.\n");
 }
 
 bool parse(int argc, char** argv, Options* o) {
@@ -79,7 +80,8 @@ bool parse(int argc, char** argv, Options* o) {
 }
 
 double ms_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
 }
 
 std::vector<float> random_values(std::mt19937_64& rng, size_t n) {
@@ -109,7 +111,8 @@ int run(const Options& o) {
   const double build_ms = ms_since(start);
 
   std::mt19937_64 rng(o.seed);
-  const std::vector<float> latent = random_values(rng, static_cast<size_t>(32 * o.height * o.width));
+  const std::vector<float> latent =
+      random_values(rng, static_cast<size_t>(32 * o.height * o.width));
   session.write("img", Box::full(Shape{tokens, config.in_channels}),
                 pack_latents(latent, 32, o.height, o.width));
   session.write("txt", Box::full(Shape{o.text, config.joint_attention_dim}),
@@ -118,10 +121,12 @@ int run(const Options& o) {
   session.write("txt_ids", Box::full(Shape{o.text, 4}), text_ids(o.text));
   const Box out = Box::full(Shape{tokens, config.in_channels});
 
-  std::printf("flux_bench: %lld image tokens (latent %lldx%lld), %lld text tokens, %zu weight tensors, "
-              "build + session %.1f ms\n",
-              static_cast<long long>(tokens), static_cast<long long>(o.height), static_cast<long long>(o.width),
-              static_cast<long long>(o.text), weights.shapes.size(), build_ms);
+  std::printf(
+      "flux_bench: %lld image tokens (latent %lldx%lld), %lld text tokens, %zu weight tensors, "
+      "build + session %.1f ms\n",
+      static_cast<long long>(tokens), static_cast<long long>(o.height),
+      static_cast<long long>(o.width), static_cast<long long>(o.text), weights.shapes.size(),
+      build_ms);
   std::printf("| %-34s | %10s | %14s |\n", "read after", "ms", "elements");
   std::printf("|%s|%s|%s|\n", std::string(36, '-').c_str(), std::string(12, '-').c_str(),
               std::string(16, '-').c_str());
@@ -136,22 +141,34 @@ int run(const Options& o) {
       elements = session.stats().elements_computed;
     }
     std::sort(times.begin(), times.end());
-    std::printf("| %-34s | %10.3f | %14lld |\n", what, times[times.size() / 2], static_cast<long long>(elements));
+    std::printf("| %-34s | %10.3f | %14lld |\n", what, times[times.size() / 2],
+                static_cast<long long>(elements));
   };
-  measure("first full read", [](int) {}, 1);
-  measure("nothing changed", [](int) {}, o.repeats);
-  measure("timestep changed", [&](int r) {
-    const float t = 0.5f + 0.01f * static_cast<float>(r);
-    session.write("timestep", Box{{0, 1}}, std::vector<float>{t});
-  }, o.repeats);
-  measure("last text token changed", [&](int) {
-    session.write("txt", Box{{o.text - 1, o.text}, {0, config.joint_attention_dim}},
-                  random_values(rng, static_cast<size_t>(config.joint_attention_dim)));
-  }, o.repeats);
-  measure("one image token changed", [&](int) {
-    session.write("img", Box{{tokens / 2, tokens / 2 + 1}, {0, config.in_channels}},
-                  random_values(rng, static_cast<size_t>(config.in_channels)));
-  }, o.repeats);
+  measure(
+      "first full read", [](int) {}, 1);
+  measure(
+      "nothing changed", [](int) {}, o.repeats);
+  measure(
+      "timestep changed",
+      [&](int r) {
+        const float t = 0.5f + 0.01f * static_cast<float>(r);
+        session.write("timestep", Box{{0, 1}}, std::vector<float>{t});
+      },
+      o.repeats);
+  measure(
+      "last text token changed",
+      [&](int) {
+        session.write("txt", Box{{o.text - 1, o.text}, {0, config.joint_attention_dim}},
+                      random_values(rng, static_cast<size_t>(config.joint_attention_dim)));
+      },
+      o.repeats);
+  measure(
+      "one image token changed",
+      [&](int) {
+        session.write("img", Box{{tokens / 2, tokens / 2 + 1}, {0, config.in_channels}},
+                      random_values(rng, static_cast<size_t>(config.in_channels)));
+      },
+      o.repeats);
   return 0;
 }
 
@@ -159,8 +176,8 @@ int run(const Options& o) {
 
 int main(int argc, char** argv) {
   Options options;
-  if (!parse(argc, argv, &options) || options.height <= 0 || options.width <= 0 || options.height % 2 != 0 ||
-      options.width % 2 != 0) {
+  if (!parse(argc, argv, &options) || options.height <= 0 || options.width <= 0 ||
+      options.height % 2 != 0 || options.width % 2 != 0) {
     print_usage(stderr);
     return 2;
   }

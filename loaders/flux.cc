@@ -15,17 +15,22 @@
 namespace tessera {
 namespace {
 
-[[noreturn]] void fail(const std::string& message) { throw Error(absl::StrCat("[flux] ", message)); }
+[[noreturn]] void fail(const std::string& message) {
+  throw Error(absl::StrCat("[flux] ", message));
+}
 
-int64_t inner_dim(const FluxConfig& c) { return c.num_attention_heads * c.attention_head_dim; }
+int64_t inner_dim(const FluxConfig& c) {
+  return c.num_attention_heads * c.attention_head_dim;
+}
 int64_t mlp_dim(const FluxConfig& c) {
   return static_cast<int64_t>(static_cast<double>(inner_dim(c)) * c.mlp_ratio);  // int() in Python
 }
 
 void check_config(const FluxConfig& c) {
-  if (c.in_channels <= 0 || c.num_layers < 0 || c.num_single_layers < 0 || c.attention_head_dim <= 0 ||
-      c.num_attention_heads <= 0 || c.joint_attention_dim <= 0 || c.timestep_guidance_channels <= 0 ||
-      c.timestep_guidance_channels % 2 != 0 || mlp_dim(c) <= 0 || !(c.eps > 0) || !(c.rope_theta > 0))
+  if (c.in_channels <= 0 || c.num_layers < 0 || c.num_single_layers < 0 ||
+      c.attention_head_dim <= 0 || c.num_attention_heads <= 0 || c.joint_attention_dim <= 0 ||
+      c.timestep_guidance_channels <= 0 || c.timestep_guidance_channels % 2 != 0 ||
+      mlp_dim(c) <= 0 || !(c.eps > 0) || !(c.rope_theta > 0))
     fail("config: sizes must be positive, timestep_guidance_channels even, eps and rope_theta > 0");
   int64_t rotated = 0;
   for (int64_t d : c.axes_dims_rope) {
@@ -34,7 +39,8 @@ void check_config(const FluxConfig& c) {
   }
   if (c.axes_dims_rope.size() != 4 || rotated != c.attention_head_dim)
     fail(absl::StrCat("config: axes_dims_rope must be 4 axes summing to attention_head_dim (",
-                      c.attention_head_dim, "), got [", absl::StrJoin(c.axes_dims_rope, ", "), "]"));
+                      c.attention_head_dim, "), got [", absl::StrJoin(c.axes_dims_rope, ", "),
+                      "]"));
 }
 
 // splitmix64's finaliser: a well-mixed 64-bit value of a counter.
@@ -59,13 +65,15 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> weight_shapes(const Fl
   };
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const std::string p = absl::StrCat("transformer_blocks.", i, ".");
-    for (const char* name : {"attn.to_q", "attn.to_k", "attn.to_v"}) s.push_back({p + name + ".weight", {d, d}});
+    for (const char* name : {"attn.to_q", "attn.to_k", "attn.to_v"})
+      s.push_back({p + name + ".weight", {d, d}});
     s.push_back({p + "attn.norm_q.weight", {hd}});
     s.push_back({p + "attn.norm_k.weight", {hd}});
     s.push_back({p + "attn.to_out.0.weight", {d, d}});
     s.push_back({p + "attn.norm_added_q.weight", {hd}});
     s.push_back({p + "attn.norm_added_k.weight", {hd}});
-    for (const char* name : {"attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj", "attn.to_add_out"})
+    for (const char* name :
+         {"attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj", "attn.to_add_out"})
       s.push_back({p + name + ".weight", {d, d}});
     for (const char* ff : {"ff.", "ff_context."}) {
       s.push_back({p + ff + "linear_in.weight", {2 * m, d}});
@@ -88,7 +96,8 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> weight_shapes(const Fl
 class WeightTable {
  public:
   WeightTable(Graph& graph, const FluxWeights& weights) : graph_(graph), weights_(weights) {
-    if (weights.shapes.size() != weights.values.size()) fail("weights: shapes and values differ in count");
+    if (weights.shapes.size() != weights.values.size())
+      fail("weights: shapes and values differ in count");
     for (size_t i = 0; i < weights.shapes.size(); ++i) index_[weights.shapes[i].first] = i;
   }
 
@@ -101,7 +110,8 @@ class WeightTable {
     for (int64_t d : shape) volume *= d;
     if (stored_shape != shape || std::ssize(values) != volume)
       fail(absl::StrCat("weights: tensor ", name, " has shape [", absl::StrJoin(stored_shape, ", "),
-                        "] and ", values.size(), " values, expected [", absl::StrJoin(shape, ", "), "]"));
+                        "] and ", values.size(), " values, expected [", absl::StrJoin(shape, ", "),
+                        "]"));
     return graph_.constant(Shape(shape.begin(), shape.end()), values);
   }
 
@@ -121,7 +131,9 @@ class FluxBuilder {
     one_ = g_.scalar(1.0f);
   }
 
-  Tensor linear(Tensor x, const std::string& name) { return tessera::linear(x, w_(name, shapes_.at(name))); }
+  Tensor linear(Tensor x, const std::string& name) {
+    return tessera::linear(x, w_(name, shapes_.at(name)));
+  }
 
   // Sinusoidal embedding of t * 1000 (diffusers' Timesteps with flip_sin_to_cos: cos half first),
   // then TimestepEmbedding (linear, silu, linear).
@@ -131,7 +143,8 @@ class FluxBuilder {
     // diffusers computes it, the exponential taken in double and rounded once.
     std::vector<float> freqs(static_cast<size_t>(half));
     for (int64_t i = 0; i < half; ++i) {
-      const float exponent = static_cast<float>(-std::log(10000.0)) * static_cast<float>(i) / static_cast<float>(half);
+      const float exponent =
+          static_cast<float>(-std::log(10000.0)) * static_cast<float>(i) / static_cast<float>(half);
       freqs[static_cast<size_t>(i)] = static_cast<float>(std::exp(static_cast<double>(exponent)));
     }
     const Tensor t = reshape(timestep * g_.scalar(1000.0f), {1, 1});
@@ -191,7 +204,8 @@ class FluxBuilder {
                         heads(linear(nx, a + "to_q.weight"), a + "norm_q.weight")};
     const Tensor k[] = {heads(linear(nc, a + "add_k_proj.weight"), a + "norm_added_k.weight"),
                         heads(linear(nx, a + "to_k.weight"), a + "norm_k.weight")};
-    const Tensor v[] = {heads(linear(nc, a + "add_v_proj.weight"), ""), heads(linear(nx, a + "to_v.weight"), "")};
+    const Tensor v[] = {heads(linear(nc, a + "add_v_proj.weight"), ""),
+                        heads(linear(nx, a + "to_v.weight"), "")};
     const Tensor o = attend(concat(q, 0), concat(k, 0), concat(v, 0), ids);
     const int64_t text = c.dim(0), total = o.dim(0);
     x = x + mi[2] * linear(slice(o, 0, text, total), a + "to_out.0.weight");
@@ -263,7 +277,8 @@ FluxWeights flux_random_weights(const FluxConfig& config) {
     std::vector<float> values(static_cast<size_t>(volume));
     for (int64_t i = 0; i < volume; ++i) {
       // 53 random bits -> u in [-1, 1).
-      const double u = static_cast<double>(mix(stream ^ mix(static_cast<uint64_t>(i))) >> 11) * 0x1p-52 - 1.0;
+      const double u =
+          static_cast<double>(mix(stream ^ mix(static_cast<uint64_t>(i))) >> 11) * 0x1p-52 - 1.0;
       values[static_cast<size_t>(i)] = static_cast<float>((norm ? 1.0 : 0.0) + amplitude * u);
     }
     weights.values.push_back(std::move(values));
@@ -272,14 +287,16 @@ FluxWeights flux_random_weights(const FluxConfig& config) {
 }
 
 void write_flux_safetensors(const FluxWeights& weights, const std::string& path) {
-  if (weights.shapes.size() != weights.values.size()) fail("weights: shapes and values differ in count");
+  if (weights.shapes.size() != weights.values.size())
+    fail("weights: shapes and values differ in count");
   std::string header = "{";
   uint64_t offset = 0;
   for (size_t i = 0; i < weights.shapes.size(); ++i) {
     const uint64_t bytes = weights.values[i].size() * sizeof(float);
-    absl::StrAppend(&header, i == 0 ? "" : ",", "\"", weights.shapes[i].first, "\":{\"dtype\":\"F32\",\"shape\":[",
-                    absl::StrJoin(weights.shapes[i].second, ","), "],\"data_offsets\":[", offset, ",",
-                    offset + bytes, "]}");
+    absl::StrAppend(&header, i == 0 ? "" : ",", "\"", weights.shapes[i].first,
+                    "\":{\"dtype\":\"F32\",\"shape\":[",
+                    absl::StrJoin(weights.shapes[i].second, ","), "],\"data_offsets\":[", offset,
+                    ",", offset + bytes, "]}");
     offset += bytes;
   }
   header += "}";
@@ -287,20 +304,23 @@ void write_flux_safetensors(const FluxWeights& weights, const std::string& path)
   std::ofstream file(path, std::ios::binary | std::ios::trunc);
   if (!file) fail(absl::StrCat("cannot write ", path));
   unsigned char length[8];
-  for (int b = 0; b < 8; ++b) length[b] = static_cast<unsigned char>(static_cast<uint64_t>(header.size()) >> (8 * b));
+  for (int b = 0; b < 8; ++b)
+    length[b] = static_cast<unsigned char>(static_cast<uint64_t>(header.size()) >> (8 * b));
   file.write(reinterpret_cast<const char*>(length), 8);
   file.write(header.data(), static_cast<std::streamsize>(header.size()));
   // Little-endian f32, as the format requires (every supported host is little-endian).
   for (const std::vector<float>& v : weights.values)
-    file.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
+    file.write(reinterpret_cast<const char*>(v.data()),
+               static_cast<std::streamsize>(v.size() * sizeof(float)));
   if (!file.flush()) fail(absl::StrCat("cannot write ", path));
 }
 
-std::unique_ptr<Graph> build_flux(const FluxConfig& config, const FluxWeights& weights, int64_t image_tokens,
-                                  int64_t text_tokens) {
+std::unique_ptr<Graph> build_flux(const FluxConfig& config, const FluxWeights& weights,
+                                  int64_t image_tokens, int64_t text_tokens) {
   check_config(config);
   if (image_tokens <= 0 || text_tokens <= 0)
-    fail(absl::StrCat("image_tokens and text_tokens must be positive, got ", image_tokens, " and ", text_tokens));
+    fail(absl::StrCat("image_tokens and text_tokens must be positive, got ", image_tokens, " and ",
+                      text_tokens));
   auto graph = std::make_unique<Graph>();
   Graph& g = *graph;
   FluxBuilder b(g, config, weights);
@@ -311,9 +331,12 @@ std::unique_ptr<Graph> build_flux(const FluxConfig& config, const FluxWeights& w
   const Tensor txt_ids = g.input("txt_ids", {text_tokens, 4}, DType::I32);
 
   const Tensor temb = b.timestep_embedding(timestep);
-  const std::vector<Tensor> mod_img = b.modulation(temb, "double_stream_modulation_img.linear.weight", 2);
-  const std::vector<Tensor> mod_txt = b.modulation(temb, "double_stream_modulation_txt.linear.weight", 2);
-  const std::vector<Tensor> mod_single = b.modulation(temb, "single_stream_modulation.linear.weight", 1);
+  const std::vector<Tensor> mod_img =
+      b.modulation(temb, "double_stream_modulation_img.linear.weight", 2);
+  const std::vector<Tensor> mod_txt =
+      b.modulation(temb, "double_stream_modulation_txt.linear.weight", 2);
+  const std::vector<Tensor> mod_single =
+      b.modulation(temb, "single_stream_modulation.linear.weight", 1);
 
   Tensor x = b.linear(img, "x_embedder.weight");
   Tensor c = b.linear(txt, "context_embedder.weight");
@@ -329,23 +352,27 @@ std::unique_ptr<Graph> build_flux(const FluxConfig& config, const FluxWeights& w
   return graph;
 }
 
-std::vector<float> pack_latents(const std::vector<float>& latent, int64_t channels, int64_t height, int64_t width) {
+std::vector<float> pack_latents(const std::vector<float>& latent, int64_t channels, int64_t height,
+                                int64_t width) {
   check_latent_sizes(channels, height, width);
   if (std::ssize(latent) != channels * height * width)
-    fail(absl::StrCat("pack_latents: ", latent.size(), " values for a latent [", channels, ", ", height, ", ", width,
-                      "]"));
+    fail(absl::StrCat("pack_latents: ", latent.size(), " values for a latent [", channels, ", ",
+                      height, ", ", width, "]"));
   std::vector<float> tokens(latent.size());
-  for_each_packed(channels, height, width, [&](size_t token, size_t pixel) { tokens[token] = latent[pixel]; });
+  for_each_packed(channels, height, width,
+                  [&](size_t token, size_t pixel) { tokens[token] = latent[pixel]; });
   return tokens;
 }
 
-std::vector<float> unpack_latents(const std::vector<float>& tokens, int64_t channels, int64_t height, int64_t width) {
+std::vector<float> unpack_latents(const std::vector<float>& tokens, int64_t channels,
+                                  int64_t height, int64_t width) {
   check_latent_sizes(channels, height, width);
   if (std::ssize(tokens) != channels * height * width)
-    fail(absl::StrCat("unpack_latents: ", tokens.size(), " values for a latent [", channels, ", ", height, ", ",
-                      width, "]"));
+    fail(absl::StrCat("unpack_latents: ", tokens.size(), " values for a latent [", channels, ", ",
+                      height, ", ", width, "]"));
   std::vector<float> latent(tokens.size());
-  for_each_packed(channels, height, width, [&](size_t token, size_t pixel) { latent[pixel] = tokens[token]; });
+  for_each_packed(channels, height, width,
+                  [&](size_t token, size_t pixel) { latent[pixel] = tokens[token]; });
   return latent;
 }
 
@@ -363,7 +390,8 @@ std::vector<int32_t> text_ids(int64_t text_tokens) {
   if (text_tokens < 0) fail(absl::StrCat("text_ids: negative token count ", text_tokens));
   std::vector<int32_t> ids;
   ids.reserve(static_cast<size_t>(text_tokens * 4));
-  for (int64_t i = 0; i < text_tokens; ++i) ids.insert(ids.end(), {0, 0, 0, static_cast<int32_t>(i)});
+  for (int64_t i = 0; i < text_tokens; ++i)
+    ids.insert(ids.end(), {0, 0, 0, static_cast<int32_t>(i)});
   return ids;
 }
 

@@ -36,14 +36,16 @@ LATENT = (32, 8, 10)  # [C, H, W] -> (H/2) * (W/2) = 20 image tokens of 128 chan
 TEXT_TOKENS = 7
 TIMESTEP = 0.7
 # FluxConfig's defaults (loaders/flux.h).
-CONFIG = dict(patch_size=1, in_channels=128, num_layers=DOUBLE_LAYERS, num_single_layers=SINGLE_LAYERS,
+CONFIG = dict(patch_size=1, in_channels=128, num_layers=DOUBLE_LAYERS,
+              num_single_layers=SINGLE_LAYERS,
               attention_head_dim=32, num_attention_heads=2, joint_attention_dim=576,
               timestep_guidance_channels=256, mlp_ratio=3.0, axes_dims_rope=(8, 8, 8, 8),
               rope_theta=2000, eps=1e-6, guidance_embeds=False)
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--bench', default=os.path.join(ROOT, 'build', 'flux_bench'))
     parser.add_argument('--out', default=os.path.join(ROOT, 'tests', 'models', 'golden'))
     args = parser.parse_args()
@@ -55,14 +57,17 @@ def main():
 
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, 'flux.safetensors')
-        subprocess.run([args.bench, '--write-weights', path, '--layers', str(DOUBLE_LAYERS), str(SINGLE_LAYERS),
-                        '--seed', str(WEIGHT_SEED)], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run([args.bench, '--write-weights', path, '--layers', str(DOUBLE_LAYERS),
+                        str(SINGLE_LAYERS), '--seed', str(WEIGHT_SEED)],
+                       check=True, stdout=subprocess.DEVNULL)
         state = load_file(path)
     model = Flux2Transformer2DModel(**CONFIG)
     model.load_state_dict(state, strict=True)
     model.eval()
-    names = list(model.state_dict().keys())  # the order C++ writes them in, checked below
-    fingerprint = np.array([[state[n].double().sum().item(), (state[n].double() ** 2).sum().item()] for n in names])
+    # In state-dict order; the C++ test compares it with the generator's tensors in its order.
+    names = list(model.state_dict().keys())
+    fingerprint = np.array([[state[n].double().sum().item(), (state[n].double() ** 2).sum().item()]
+                            for n in names])
 
     rng = np.random.default_rng(SEED)
     latent = rng.standard_normal(LATENT).astype(np.float32)
@@ -75,16 +80,18 @@ def main():
     def run(dtype):
         m = model.to(dtype)
         with torch.no_grad():
-            out = m(hidden_states=packed.to(dtype), encoder_hidden_states=torch.from_numpy(txt)[None].to(dtype),
-                    timestep=torch.tensor([TIMESTEP], dtype=torch.float32), img_ids=img_ids, txt_ids=txt_ids,
-                    return_dict=False)[0]
+            out = m(hidden_states=packed.to(dtype),
+                    encoder_hidden_states=torch.from_numpy(txt)[None].to(dtype),
+                    timestep=torch.tensor([TIMESTEP], dtype=torch.float32),
+                    img_ids=img_ids, txt_ids=txt_ids, return_dict=False)[0]
         return out[0].double().numpy()
 
     want = run(torch.float64)
     single = run(torch.float32)
     scale = np.abs(want).max()
+    error = np.abs(single - want).max()
     print(f'velocity {want.shape}: max |value| {scale:.4g}; PyTorch float32 vs float64: max abs '
-          f'{np.abs(single - want).max():.3g}, relative to max |value| {np.abs(single - want).max() / scale:.3g}')
+          f'{error:.3g}, relative to max |value| {error / scale:.3g}')
 
     os.makedirs(args.out, exist_ok=True)
     files = {

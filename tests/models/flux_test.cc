@@ -3,6 +3,8 @@
 // tests/models/golden/README.md), the latent packing and position ids against Flux2Pipeline's
 // helpers, and incremental reads (nothing changed, a text edit, an image edit) against fresh
 // sessions, bitwise.
+#include "loaders/flux.h"
+
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -11,7 +13,6 @@
 #include <vector>
 
 #include "engine/session.h"
-#include "loaders/flux.h"
 #include "tests/models/model_files.h"
 
 using namespace tessera;
@@ -44,7 +45,8 @@ struct FluxRun {
   Npy txt = read_npy("flux_txt.npy");
   int64_t height = latent.shape[1], width = latent.shape[2];
   int64_t image_tokens = height / 2 * width / 2, text_tokens = txt.shape[0];
-  std::unique_ptr<Graph> graph = build_flux(config, flux_random_weights(config), image_tokens, text_tokens);
+  std::unique_ptr<Graph> graph =
+      build_flux(config, flux_random_weights(config), image_tokens, text_tokens);
 
   void write_inputs(GraphSession& s, const std::vector<float>& txt_values) const {
     s.write("img", Box::full(Shape{image_tokens, config.in_channels}),
@@ -81,9 +83,12 @@ TEST_CASE("models: flux latent packing and position ids match diffusers' Flux2Pi
 }
 
 TEST_CASE("models: flux rejects bad sizes and configs") {
-  CHECK_THROWS_WITH_AS(pack_latents(std::vector<float>(3 * 3 * 4), 1, 3, 4), doctest::Contains("[flux]"), Error);
-  CHECK_THROWS_WITH_AS(pack_latents(std::vector<float>(5), 1, 2, 2), doctest::Contains("[flux]"), Error);
-  CHECK_THROWS_WITH_AS(unpack_latents(std::vector<float>(8), 1, 2, 2), doctest::Contains("[flux]"), Error);
+  CHECK_THROWS_WITH_AS(pack_latents(std::vector<float>(3 * 3 * 4), 1, 3, 4),
+                       doctest::Contains("[flux]"), Error);
+  CHECK_THROWS_WITH_AS(pack_latents(std::vector<float>(5), 1, 2, 2), doctest::Contains("[flux]"),
+                       Error);
+  CHECK_THROWS_WITH_AS(unpack_latents(std::vector<float>(8), 1, 2, 2), doctest::Contains("[flux]"),
+                       Error);
   CHECK_THROWS_WITH_AS(image_ids(4, 5), doctest::Contains("[flux]"), Error);
   FluxConfig config;
   const FluxWeights weights = flux_random_weights(config);
@@ -93,10 +98,12 @@ TEST_CASE("models: flux rejects bad sizes and configs") {
   CHECK_THROWS_WITH_AS(flux_random_weights(bad_rope), doctest::Contains("axes_dims_rope"), Error);
   FluxConfig more_layers = config;
   more_layers.num_layers = 2;
-  CHECK_THROWS_WITH_AS(build_flux(more_layers, weights, 4, 3), doctest::Contains("missing tensor"), Error);
+  CHECK_THROWS_WITH_AS(build_flux(more_layers, weights, 4, 3), doctest::Contains("missing tensor"),
+                       Error);
   FluxWeights wrong_shape = weights;
   wrong_shape.shapes[0].second[1] += 1;
-  CHECK_THROWS_WITH_AS(build_flux(config, wrong_shape, 4, 3), doctest::Contains("has shape"), Error);
+  CHECK_THROWS_WITH_AS(build_flux(config, wrong_shape, 4, 3), doctest::Contains("has shape"),
+                       Error);
 }
 
 TEST_CASE("models: flux random weights are deterministic and the golden's") {
@@ -132,8 +139,9 @@ TEST_CASE("models: flux transformer matches diffusers' Flux2Transformer2DModel")
     run.write_inputs(s, run.txt.values);
     const std::vector<float> got = s.read<float>("velocity", run.output_box());
     const Agreement a = agreement(got, want.values);
-    MESSAGE("flux ", std::string(backend == BackendKind::Cpu ? "cpu" : "reference"), " backend: max abs error ", a.max_abs,
-            ", relative to max |golden| ", a.relative(), " (", s.stats().seconds * 1e3, " ms)");
+    MESSAGE("flux ", std::string(backend == BackendKind::Cpu ? "cpu" : "reference"),
+            " backend: max abs error ", a.max_abs, ", relative to max |golden| ", a.relative(),
+            " (", s.stats().seconds * 1e3, " ms)");
     CHECK(a.relative() <= kRelativeTolerance);
   }
 }
@@ -145,7 +153,8 @@ TEST_CASE("models: flux incremental reads equal fresh sessions bitwise") {
   const Box out = run.output_box();
   s.read<float>("velocity", out);
   const int64_t full = s.stats().elements_computed;
-  const NodeId x_embedder = embedder_of(*run.graph, "img"), context_embedder = embedder_of(*run.graph, "txt");
+  const NodeId x_embedder = embedder_of(*run.graph, "img"),
+               context_embedder = embedder_of(*run.graph, "txt");
   REQUIRE(s.stats().elements_per_node[static_cast<size_t>(x_embedder)] > 0);
 
   SUBCASE("a repeated read computes nothing") {
@@ -168,8 +177,8 @@ TEST_CASE("models: flux incremental reads equal fresh sessions bitwise") {
     const SessionStats& stats = s.stats();
     MESSAGE("text edit: ", stats.elements_computed, " of ", full, " elements recomputed");
     CHECK(stats.elements_per_node[static_cast<size_t>(x_embedder)] == 0);
-    CHECK(stats.elements_per_node[static_cast<size_t>(context_embedder)] == run.config.num_attention_heads *
-                                                                               run.config.attention_head_dim);
+    CHECK(stats.elements_per_node[static_cast<size_t>(context_embedder)] ==
+          run.config.num_attention_heads * run.config.attention_head_dim);
     CHECK(stats.elements_computed < full);
     GraphSession fresh(*run.graph);
     run.write_inputs(fresh, txt);
@@ -177,7 +186,8 @@ TEST_CASE("models: flux incremental reads equal fresh sessions bitwise") {
   }
   SUBCASE("an edit of one image token") {
     const int64_t token = run.image_tokens / 2, channels = run.config.in_channels;
-    std::vector<float> img = pack_latents(run.latent.values, run.latent.shape[0], run.height, run.width);
+    std::vector<float> img =
+        pack_latents(run.latent.values, run.latent.shape[0], run.height, run.width);
     std::vector<float> row(static_cast<size_t>(channels), 0.25f);
     std::copy(row.begin(), row.end(), img.begin() + token * channels);
     s.write("img", Box{{token, token + 1}, {0, channels}}, row);
