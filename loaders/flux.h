@@ -60,8 +60,8 @@ std::vector<float> pack_latents(const std::vector<float>& latent, int64_t channe
                                 int64_t width);
 std::vector<float> unpack_latents(const std::vector<float>& tokens, int64_t channels,
                                   int64_t height, int64_t width);
-std::vector<int32_t> image_ids(int64_t height,
-                               int64_t width);  // latent H, W; ids of the H/2 x W/2 grid
+// Takes the latent's height and width (as pack_latents); gives ids of the H/2 x W/2 grid.
+std::vector<int32_t> image_ids(int64_t height, int64_t width);
 std::vector<int32_t> text_ids(int64_t text_tokens);
 
 }  // namespace tessera
