@@ -16,9 +16,9 @@
 namespace tessera {
 
 struct FluxConfig {
-  int64_t in_channels = 128;       // packed latent channels (32 latent channels x 2 x 2)
-  int64_t num_layers = 1;          // double-stream blocks
-  int64_t num_single_layers = 2;   // single-stream blocks
+  int64_t in_channels = 128;      // packed latent channels (32 latent channels x 2 x 2)
+  int64_t num_layers = 1;         // double-stream blocks
+  int64_t num_single_layers = 2;  // single-stream blocks
   int64_t attention_head_dim = 32;
   int64_t num_attention_heads = 2;
   int64_t joint_attention_dim = 576;  // text conditioning width (SmolLM2-135M hidden size)
@@ -35,6 +35,9 @@ struct FluxWeights {
   std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;  // name, shape (in order)
   std::vector<std::vector<float>> values;                            // same order
 };
+// Deterministic in (config, seed): element i of tensor `name` is a counter-based hash of (seed,
+// name, i) mapped to u in [-1, 1). Linear weights [out, in] (no biases: FLUX.2 has none) are
+// u / sqrt(in); RMS norm weights (the per-head q/k norms) are 1 + u / 8.
 FluxWeights flux_random_weights(const FluxConfig& config);
 // Writes `weights` as a safetensors file (F32), for the reference script.
 void write_flux_safetensors(const FluxWeights& weights, const std::string& path);
@@ -44,15 +47,21 @@ void write_flux_safetensors(const FluxWeights& weights, const std::string& path)
 // "timestep" [1] (f32, in [0, 1]: diffusers multiplies by 1000 inside), "img_ids"
 // [image_tokens, 4] and "txt_ids" [text_tokens, 4] (i32 positions per RoPE axis).
 // Output: "velocity" [image_tokens, in_channels]. The weights become graph constants.
-std::unique_ptr<Graph> build_flux(const FluxConfig& config, const FluxWeights& weights, int64_t image_tokens,
-                                  int64_t text_tokens);
+std::unique_ptr<Graph> build_flux(const FluxConfig& config, const FluxWeights& weights,
+                                  int64_t image_tokens, int64_t text_tokens);
 
 // 2x2 patchify of a latent [C, H, W] (H, W even) into tokens [(H/2)*(W/2), 4C] in diffusers'
-// channel order, its inverse, and the position ids of FLUX.2 (image tokens (0, 0, y, x) with
-// y, x in patch units; text tokens (0, 0, 0, i) as diffusers' pipeline builds them).
-std::vector<float> pack_latents(const std::vector<float>& latent, int64_t channels, int64_t height, int64_t width);
-std::vector<float> unpack_latents(const std::vector<float>& tokens, int64_t channels, int64_t height, int64_t width);
-std::vector<int32_t> image_ids(int64_t height, int64_t width);  // of the packed grid (H/2 x W/2)
+// order (its _patchify_latents then _pack_latents): token y * (W/2) + x, channel c * 4 + 2 * dy
+// + dx holds latent[c, 2y + dy, 2x + dx]. unpack_latents is the inverse. The position ids of
+// FLUX.2 (axes t, h, w, l), row-major [tokens, 4]: image token (0, y, x, 0) for the packed grid
+// y < H/2, x < W/2 of a latent of height H and width W (_prepare_latent_ids); text token i is
+// (0, 0, 0, i) (_prepare_text_ids). Bad sizes (odd H or W, wrong vector sizes) throw Error.
+std::vector<float> pack_latents(const std::vector<float>& latent, int64_t channels, int64_t height,
+                                int64_t width);
+std::vector<float> unpack_latents(const std::vector<float>& tokens, int64_t channels,
+                                  int64_t height, int64_t width);
+// Takes the latent's height and width (as pack_latents); gives ids of the H/2 x W/2 grid.
+std::vector<int32_t> image_ids(int64_t height, int64_t width);
 std::vector<int32_t> text_ids(int64_t text_tokens);
 
 }  // namespace tessera
