@@ -8,7 +8,7 @@ cd "$root"
 bash scripts/setup.sh
 bash scripts/fetch_models.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build -j "$(nproc)" --target llm_stream tiny_decode
+cmake --build build -j "$(nproc)" --target llm_stream tiny_decode diffusion_edit
 echo "=== SmolLM2-135M-Instruct (Q4_1) ==="
 ./build/llm_stream --model models/SmolLM2-135M-Instruct.Q4_1.gguf --tokens 64 \
   --prompt "What is the capital of France? Answer in one sentence." \
@@ -19,3 +19,7 @@ echo "=== Gemma-3-270M (Q4_K_M) ==="
 ./build/llm_stream --model models/gemma-3-270m-q4_k_m.gguf --tokens 64 --raw \
   --prompt "Once upon a time, in a small village by the sea," \
   --edit "Once upon a time, in a small village in the mountains," "$@"
+echo
+echo "=== Diffusion pipeline (text encoder, flow transformer with random weights, TAEF2, RDN x2) ==="
+./build/diffusion_edit --out diffusion --steps 8
+./build/diffusion_edit --edit diffusion.png --box 40,48,16,20 --fill 255,0,0 --out diffusion_edit
