@@ -5,6 +5,7 @@
 // Usage: flux_bench [--latent H W] [--text L] [--layers D S] [--seed S] [--threads T] [--repeats R]
 //        flux_bench --write-weights PATH [--layers D S] [--seed S]
 #include <algorithm>
+#include <filesystem>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "engine/error.h"
 #include "engine/session.h"
 #include "loaders/flux.h"
@@ -169,6 +172,44 @@ int run(const Options& o) {
                       random_values(rng, static_cast<size_t>(config.in_channels)));
       },
       o.repeats);
+
+  // Side by side with diffusers (when .venv/bin/python is there), alternating rounds: a sampler
+  // step here (new image tokens and timestep: everything but the text-only path recomputed)
+  // against one forward of Flux2Transformer2DModel with the same config and token counts.
+  if (!std::filesystem::exists(".venv/bin/python")) {
+    std::printf("(no .venv/bin/python: diffusers peer skipped)\n");
+    return 0;
+  }
+  const std::string peer = absl::StrCat(".venv/bin/python bench/peer_diffusers_flux.py --latent ", o.height, " ", o.width,
+                                        " --text ", o.text, " --layers ", o.double_layers, " ", o.single_layers,
+                                        " --threads ", o.threads > 0 ? o.threads : 1, " --repeats ", o.repeats);
+  std::vector<double> ours, theirs;
+  for (int round = 0; round < 3; ++round) {
+    for (int r = 0; r < o.repeats; ++r) {
+      session.write("img", out, pack_latents(random_values(rng, static_cast<size_t>(32 * o.height * o.width)), 32, o.height,
+                                             o.width));
+      session.write("timestep", Box{{0, 1}}, std::vector<float>{0.9f - 0.1f * static_cast<float>(r)});
+      start = std::chrono::steady_clock::now();
+      session.read<float>("velocity", out);
+      ours.push_back(ms_since(start));
+    }
+    FILE* f = popen(peer.c_str(), "r");
+    char line[256] = {};
+    double lo = 0, mid = 0;
+    if (f != nullptr && std::fgets(line, sizeof(line), f) != nullptr && std::sscanf(line, "peer_ms %lf %lf", &lo, &mid) == 2) {
+      theirs.push_back(lo);
+      theirs.push_back(mid);
+    }
+    if (f != nullptr) pclose(f);
+  }
+  auto stats = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? std::string("n/a") : absl::StrFormat("min %.2f ms, median %.2f ms", v.front(), v[v.size() / 2]);
+  };
+  double load[1] = {0};
+  getloadavg(load, 1);
+  std::printf("sampler step, %d thread(s): tessera %s; diffusers (PyTorch) forward %s  (load average %.2f)\n",
+              o.threads > 0 ? o.threads : 1, stats(ours).c_str(), stats(theirs).c_str(), load[0]);
   return 0;
 }
 
