@@ -88,6 +88,12 @@ KernelFn optimised_kernel_for(const Graph& graph, const Node& node, Isa isa) {
       return reshape_kernel(graph, node, isa);
     case OpKind::Gather:
       return gather_kernel(graph, node, isa);
+    case OpKind::Slice:
+      return slice_kernel(graph, node, isa);
+    case OpKind::Concat:
+      return concat_kernel(graph, node, isa);
+    case OpKind::RopeMulti:
+      return rope_multi_kernel(graph, node, isa);
     case OpKind::Conv2d:
       return conv2d_kernel(graph, node, isa);
     case OpKind::Pool2d:
@@ -120,6 +126,8 @@ int64_t kernel_scratch_bytes(const Graph& graph, const Node& node, bool dense_vi
       return cpu::attention_scratch_bytes(graph, node, dense_views);
     case OpKind::RmsNorm:
       return cpu::rms_norm_scratch_bytes(graph, node, dense_views);
+    case OpKind::RopeMulti:
+      return cpu::rope_multi_scratch_bytes(graph, node, dense_views);
     case OpKind::Rope:
       return cpu::rope_scratch_bytes(graph, node, dense_views);
     case OpKind::Conv2d:

@@ -48,6 +48,9 @@ KernelFn rms_norm_kernel(const Graph& graph, const Node& node, Isa isa);   // no
 KernelFn rope_kernel(const Graph& graph, const Node& node, Isa isa);       // norm_rope.cc
 KernelFn reshape_kernel(const Graph& graph, const Node& node, Isa isa);    // copy.cc
 KernelFn gather_kernel(const Graph& graph, const Node& node, Isa isa);     // copy.cc
+KernelFn slice_kernel(const Graph& graph, const Node& node, Isa isa);      // movement.cc
+KernelFn concat_kernel(const Graph& graph, const Node& node, Isa isa);     // movement.cc
+KernelFn rope_multi_kernel(const Graph& graph, const Node& node, Isa isa); // movement.cc
 KernelFn conv2d_kernel(const Graph& graph, const Node& node, Isa isa);     // conv2d.cc
 KernelFn pool2d_kernel(const Graph& graph, const Node& node, Isa isa);     // conv_spatial.cc
 KernelFn upsample_kernel(const Graph& graph, const Node& node, Isa isa);   // conv_spatial.cc
@@ -59,6 +62,7 @@ int64_t linear_scratch_bytes(const Graph& graph, const Node& node, bool dense_vi
 int64_t attention_scratch_bytes(const Graph& graph, const Node& node, bool dense_views);  // attention.cc
 int64_t rms_norm_scratch_bytes(const Graph& graph, const Node& node, bool dense_views);   // norm_rope.cc
 int64_t rope_scratch_bytes(const Graph& graph, const Node& node, bool dense_views);       // norm_rope.cc
+int64_t rope_multi_scratch_bytes(const Graph& graph, const Node& node, bool dense_views);  // movement.cc
 int64_t conv2d_scratch_bytes(const Graph& graph, const Node& node, bool dense_views);     // conv2d.cc
 
 // Bytes ScratchCarver::take<T>(count) uses.
