@@ -46,6 +46,10 @@ struct GeneratedKernel {
 // linear with f32 weights, softmax / log_softmax, rms_norm.
 absl::StatusOr<GeneratedKernel> generate_opencl(const Graph& graph, const Node& node);
 
+// The same kernel in CUDA C (codegen_cuda.cc), for NVRTC: same name, arguments and semantics
+// (compile with --fmad=false, as the OpenCL source forbids contraction).
+absl::StatusOr<GeneratedKernel> generate_cuda(const Graph& graph, const Node& node);
+
 // One input's addressing for a launch (see the argument list above).
 struct InputLayout {
   int64_t base = 0;
