@@ -4,7 +4,7 @@
 //
 //   llm_stream --model models/SmolLM2-135M-Instruct.Q4_1.gguf --prompt "..." [--chat]
 //              [--tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S]
-//              [--capacity C] [--interactive] [--edit "new prompt"] [--quiet]
+//              [--capacity C] [--interactive] [--edit "new prompt"] [--quiet] [--backend NAME]
 //
 // --interactive reads one prompt per line from stdin; each new prompt is compared with the
 // tokens already in the session and only the changed suffix is recomputed. --edit runs the
@@ -27,7 +27,7 @@ using namespace tessera;
 namespace {
 
 struct Options {
-  std::string model, prompt = "What is the capital of France?", edit;
+  std::string model, prompt = "What is the capital of France?", edit, backend;
   bool chat = true, interactive = false, quiet = false, smoke = false;
   int tokens = 48;
   double temperature = 0, top_p = 1;
@@ -58,6 +58,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--interactive") o.interactive = true;
     else if (a == "--quiet") o.quiet = true;
     else if (a == "--smoke") o.smoke = true;
+    else if (a == "--backend") o.backend = next();
     else throw Error("[llm_stream] unknown argument " + a);
   }
   return o;
@@ -187,12 +188,14 @@ int main(int argc, char** argv) {
     if (o.model.empty()) throw Error("[llm_stream] --model is required");
     auto model = LlmModel::load(o.model, o.capacity);
     Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
+    SessionOptions session_options;
+    session_options.backend_name = o.backend;  // empty: the CPU backend
+    auto session = model->new_session(session_options);
     const LlmConfig& c = model->config();
-    std::printf("[%s: %lld layers, dim %lld, %lld/%lld heads, vocab %lld, capacity %lld, backend cpu]\n",
+    std::printf("[%s: %lld layers, dim %lld, %lld/%lld heads, vocab %lld, capacity %lld, backend %s]\n",
                 c.arch_name.c_str(), static_cast<long long>(c.layers), static_cast<long long>(c.dim),
                 static_cast<long long>(c.heads), static_cast<long long>(c.kv_heads), static_cast<long long>(c.vocab),
-                static_cast<long long>(model->capacity()));
-    auto session = model->new_session();
+                static_cast<long long>(model->capacity()), session->backend().description().c_str());
     Stream stream{*model, tokenizer, *session, o, {}, std::mt19937_64(o.seed)};
     if (o.interactive) {
       std::printf("Type a prompt per line (an edit of the previous one reuses its unchanged prefix); empty line quits.\n");

@@ -63,7 +63,7 @@ const char* isa_name(Isa isa) {
 
 bool linear_int8_activations() {
   const char* mode = std::getenv("TESSERA_LINEAR");
-  return mode == nullptr || std::strcmp(mode, "f32") != 0;
+  return mode != nullptr && std::strcmp(mode, "int8") == 0;
 }
 
 KernelFn optimised_kernel_for(const Graph& graph, const Node& node, Isa isa) {

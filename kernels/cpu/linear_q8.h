@@ -16,7 +16,7 @@
 // The portable, AVX2 (vpmaddubsw / vpmaddwd) and AVX-512 VNNI (vpdpbusd) paths compute the same
 // integers and the same float operations, so they agree bit for bit, and no box, tile or thread
 // count changes a value. The results differ from the f32-activation path (the activations are
-// rounded to 8 bits): TESSERA_LINEAR=f32 in the environment keeps the f32 path (see
+// rounded to 8 bits), so the path is opt-in: TESSERA_LINEAR=int8 in the environment (see
 // linear_int8_activations in cpu_kernels.h).
 #pragma once
 

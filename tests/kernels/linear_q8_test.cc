@@ -12,6 +12,7 @@
 #include "kernels/cpu/linear_q8.h"
 #include "kernels/quant.h"
 #include "tests/kernels/kernel_fixture.h"
+#include "tests/support/scoped_env.h"
 #include "tests/support/quant_blocks.h"
 
 using namespace tessera;
@@ -112,7 +113,8 @@ void check_equal(const std::vector<float>& a, const std::vector<float>& b, const
 
 }  // namespace
 
-TEST_CASE("kernels: linear_q8 is chosen for the covered dtypes unless TESSERA_LINEAR=f32") {
+TEST_CASE("kernels: linear_q8 is chosen for the covered dtypes when TESSERA_LINEAR=int8") {
+  const testing::ScopedEnv int8("TESSERA_LINEAR", "int8");
   std::mt19937_64 rng(30);
   for (DType dtype : kCovered) {
     Case c;
