@@ -117,7 +117,9 @@ TEST_CASE("reliability: every builder given a bad tensor argument names it in an
     const bool optional = arg == "bias" || (arg == "weight" && std::string(c.op) != "linear" &&
                                             std::string(c.op) != "conv2d");
     if (!optional) bads.insert(bads.begin(), {"empty tensor", Tensor{}});
-    for (const auto& [what, bad] : bads) {
+    for (const auto& entry : bads) {
+      const char* what = entry.first;
+      const Tensor bad = entry.second;
       CAPTURE(c.op);
       CAPTURE(c.argument);
       CAPTURE(what);
