@@ -39,8 +39,8 @@ TEST_CASE("reliability: png inputs found by the fuzzer are quick Errors") {
       const auto start = std::chrono::steady_clock::now();
       CHECK_THROWS_WITH_AS(decode_png(std::as_bytes(std::span<const char>(bytes)), channels, "regression"),
                            doctest::Contains("[png] regression: "), Error);
-      // Generous for sanitizer builds on a loaded machine; the old behaviour took seconds.
-      CHECK(std::chrono::steady_clock::now() - start < std::chrono::milliseconds(500));
+      // Generous for a loaded machine; under ASan the old behaviour took 3 to 4 s.
+      CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(2));
     }
   }
 }
