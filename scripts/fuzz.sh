@@ -7,7 +7,8 @@
 # (<name>: the target without _fuzz); what a run adds goes to
 # build-fuzz/corpus/<target>/; findings (crash-*, leak-*, timeout-*, oom-*) to
 # build-fuzz/findings/<target>/. Each finding becomes a regression test with its input committed
-# under fuzz/regressions/<name>/ (replayed by tests/reliability/fuzz_regressions_test.cc). Exits non-zero when a target reports a finding.
+# under fuzz/regressions/<name>/ (replayed by tests/reliability/fuzz_regressions_test.cc).
+# Exits non-zero when a target reports a finding.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
