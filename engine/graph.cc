@@ -1,6 +1,8 @@
 #include "engine/graph.h"
 
+#include <cstddef>
 #include <cstring>
+#include <exception>
 #include <tuple>
 #include <type_traits>
 #include <variant>
@@ -92,10 +94,13 @@ static void check_shape(std::string_view op, const Shape& shape, DType dtype) {
   check_shape_size(op, shape, dtype);
 }
 
-static void check_handle(std::string_view op, const Graph& graph, Tensor t) {
-  if (t.graph != &graph) fail(op, "input tensor belongs to another graph (or is empty)");
+// `what` names the handle in messages ("tensor", "input 1").
+static void check_handle(std::string_view op, const Graph& graph, Tensor t,
+                         const std::string& what = "tensor") {
+  if (t.graph == nullptr) fail(op, absl::StrCat(what, " is an empty tensor (Tensor{})"));
+  if (t.graph != &graph) fail(op, absl::StrCat(what, " belongs to another graph"));
   if (t.id < 0 || t.id >= graph.size())
-    fail(op, absl::StrCat("tensor handle %", t.id, " is not a node of its graph (", graph.size(), " nodes)"));
+    fail(op, absl::StrCat(what, ": tensor handle %", t.id, " is not a node of its graph (", graph.size(), " nodes)"));
 }
 
 Tensor Graph::input(std::string_view name, const Shape& shape, DType dtype) {
@@ -141,6 +146,7 @@ Tensor Graph::add_constant(const Shape& shape, DType dtype, ConstantData data) {
   constants_.push_back(std::move(data));
   NodeId id = static_cast<NodeId>(nodes_.size());
   nodes_.push_back(std::move(node));
+  hashes_.push_back(h);
   by_hash_[h].push_back(id);
   return Tensor{this, id};
 }
@@ -197,9 +203,9 @@ Tensor Graph::add_node(std::span<const Tensor> inputs, OpAttrs attrs) {
   Node node;
   node.kind = kind;
   node.attrs = std::move(attrs);
-  for (const Tensor& t : inputs) {
-    check_handle(def.name, *this, t);
-    node.inputs.push_back(t.id);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    check_handle(def.name, *this, inputs[i], absl::StrCat("input ", i));
+    node.inputs.push_back(inputs[i].id);
   }
   // Quantised weights feed only the ops whose kernels dequantise them.
   for (const Tensor& t : inputs)
@@ -221,8 +227,36 @@ Tensor Graph::intern(Node node) {
   }
   NodeId id = static_cast<NodeId>(nodes_.size());
   nodes_.push_back(std::move(node));
+  hashes_.push_back(h);
   bucket.push_back(id);
   return Tensor{this, id};
+}
+
+void Graph::truncate(int32_t nodes, size_t constants, size_t inputs, size_t outputs) {
+  for (NodeId id = size() - 1; id >= nodes; --id) {
+    auto it = by_hash_.find(hashes_[static_cast<size_t>(id)]);
+    if (it == by_hash_.end()) continue;
+    // Ids enter their bucket in increasing order, so a removed node is its bucket's last.
+    if (!it->second.empty() && it->second.back() == id) it->second.pop_back();
+    if (it->second.empty()) by_hash_.erase(it);
+  }
+  nodes_.erase(nodes_.begin() + nodes, nodes_.end());
+  hashes_.erase(hashes_.begin() + nodes, hashes_.end());
+  constants_.erase(constants_.begin() + static_cast<std::ptrdiff_t>(constants), constants_.end());
+  input_ids_.erase(input_ids_.begin() + static_cast<std::ptrdiff_t>(inputs), input_ids_.end());
+  outputs_.erase(outputs_.begin() + static_cast<std::ptrdiff_t>(outputs), outputs_.end());
+}
+
+GraphRollback::GraphRollback(Graph& graph)
+    : graph_(graph),
+      nodes_(graph.size()),
+      constants_(graph.constants_.size()),
+      inputs_(graph.input_ids_.size()),
+      outputs_(graph.outputs_.size()),
+      exceptions_(std::uncaught_exceptions()) {}
+
+GraphRollback::~GraphRollback() {
+  if (std::uncaught_exceptions() > exceptions_) graph_.truncate(nodes_, constants_, inputs_, outputs_);
 }
 
 NodeId Graph::find_input(std::string_view name) const {

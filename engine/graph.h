@@ -116,15 +116,39 @@ class Graph {
   std::weak_ptr<const void> liveness() const { return liveness_; }
 
  private:
+  friend class GraphRollback;
   Tensor intern(Node node);
+  // Removes every node, constant, input and output added after the graph had these counts.
+  void truncate(int32_t nodes, size_t constants, size_t inputs, size_t outputs);
   Tensor add_constant(const Shape& shape, DType dtype, ConstantData data);
 
   std::vector<Node> nodes_;
+  std::vector<uint64_t> hashes_;  // the by_hash_ key of each node
   std::vector<ConstantData> constants_;
   absl::flat_hash_map<uint64_t, absl::InlinedVector<NodeId, 1>> by_hash_;
   std::vector<NodeId> input_ids_;
   std::vector<std::pair<std::string, NodeId>> outputs_;
   std::shared_ptr<const void> liveness_ = std::make_shared<const int>(0);
+};
+
+// Makes a sequence of additions all-or-nothing: when the scope is left by an exception, every
+// node, constant, input and output added to the graph since the GraphRollback was constructed is
+// removed again (when it ends normally, nothing happens). Scopes nest. The builders that add
+// more than one node (split, stack, decompositions) open one, so a builder that fails part-way
+// leaves the graph exactly as it was, and the sessions created on it usable; callers assembling
+// a larger piece of a graph can do the same.
+class GraphRollback {
+ public:
+  explicit GraphRollback(Graph& graph);
+  ~GraphRollback();
+  GraphRollback(const GraphRollback&) = delete;
+  GraphRollback& operator=(const GraphRollback&) = delete;
+
+ private:
+  Graph& graph_;
+  int32_t nodes_;
+  size_t constants_, inputs_, outputs_;
+  int exceptions_;  // std::uncaught_exceptions() at construction
 };
 
 uint64_t node_hash(const Node& node, uint64_t constant_content_hash);

@@ -9,6 +9,7 @@
 // - decompose(inputs, node) (composite ops only; see `decompose` below).
 #pragma once
 
+#include <initializer_list>
 #include <span>
 #include <string_view>
 
@@ -69,6 +70,20 @@ const Node& input_node(const Graph& graph, const Node& node, int i);
 // Normalises a possibly negative axis against rank; throws Error("[op] ...") when out of range.
 int normalize_axis(std::string_view op, int64_t axis, int rank);
 [[noreturn]] void fail(std::string_view op, std::string_view message);
+
+// A builder's tensor argument, named for error messages. An optional one (a norm's weight, a
+// conv's bias) may be Tensor{}, meaning absent.
+struct TensorArg {
+  std::string_view name;
+  Tensor tensor;
+  bool optional = false;
+};
+// Validates a builder's tensor arguments before it adds anything: each must be a node of one
+// graph. Returns that graph. Throws Error("[op] argument 'name' ...") naming the first bad one
+// (an empty Tensor{}, a handle that is not a node of its graph, a tensor of another graph).
+Graph& builder_graph(std::string_view op, std::initializer_list<TensorArg> args);
+// The same for a list argument (concat, stack, fused_elementwise): elements named "name[i]".
+Graph& builder_graph(std::string_view op, std::string_view name, std::span<const Tensor> list);
 // "[1,2,3]": lists inside attribute strings.
 std::string ints_string(const Ints& values);
 

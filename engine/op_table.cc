@@ -30,11 +30,10 @@ Tensor decompose(const Node& node, std::span<const Tensor> inputs) {
   if (inputs.size() != node.inputs.size())
     fail(name, absl::StrCat("decomposition needs ", node.inputs.size(), " inputs, got ",
                             inputs.size()));
-  for (const Tensor& t : inputs)
-    if (t.graph == nullptr || t.graph != inputs[0].graph)
-      fail(name, "decomposition inputs must be tensors of one graph");
+  Graph& graph = builder_graph(name, "inputs", inputs);
   // A copy: the node may live in the graph the decomposition grows (its arena may move).
   const Node copy = node;
+  GraphRollback rollback(graph);  // a decomposition that fails part-way adds nothing
   const Tensor result = def.decompose(inputs, copy);
   if (result.graph == nullptr) return result;
   if (result.shape() != copy.shape || result.dtype() != copy.dtype)
@@ -60,6 +59,42 @@ int normalize_axis(std::string_view op, int64_t axis, int rank) {
 
 void fail(std::string_view op, std::string_view message) {
   throw Error("[" + std::string(op) + "] " + std::string(message));
+}
+
+namespace {
+
+// `first` names the argument that set `graph` (null for the first argument).
+void check_argument(std::string_view op, const std::string& name, const Tensor& t, const Graph* graph,
+                    const std::string& first) {
+  if (t.graph == nullptr) fail(op, absl::StrCat("empty tensor (Tensor{}) as argument '", name, "'"));
+  if (t.id < 0 || t.id >= t.graph->size())
+    fail(op, absl::StrCat("argument '", name, "': tensor handle %", t.id, " is not a node of its graph (",
+                          t.graph->size(), " nodes)"));
+  if (graph != nullptr && t.graph != graph)
+    fail(op, absl::StrCat("arguments '", first, "' and '", name, "' are tensors of different graphs"));
+}
+
+}  // namespace
+
+Graph& builder_graph(std::string_view op, std::initializer_list<TensorArg> args) {
+  Graph* graph = nullptr;
+  std::string first;
+  for (const TensorArg& arg : args) {
+    if (arg.optional && arg.tensor.graph == nullptr) continue;
+    check_argument(op, std::string(arg.name), arg.tensor, graph, first);
+    if (graph == nullptr) first = std::string(arg.name);
+    graph = arg.tensor.graph;
+  }
+  if (graph == nullptr) fail(op, "no tensor argument");
+  return *graph;
+}
+
+Graph& builder_graph(std::string_view op, std::string_view name, std::span<const Tensor> list) {
+  if (list.empty()) fail(op, absl::StrCat("no inputs (argument '", std::string(name), "' is an empty list)"));
+  for (size_t i = 0; i < list.size(); ++i)
+    check_argument(op, absl::StrCat(std::string(name), "[", i, "]"), list[i], list[0].graph,
+                   std::string(name) + "[0]");
+  return *list[0].graph;
 }
 
 // Shared printing helpers for the attributes' to_string (declared in engine/op_def.h).

@@ -211,9 +211,9 @@ const OpDef kAttentionDef{
 };
 
 Tensor attention(Tensor q, Tensor k, Tensor v, const AttentionParams& p) {
-  if (q.graph == nullptr) fail("attention", "empty tensor");
+  Graph& g = builder_graph("attention", {{"q", q}, {"k", k}, {"v", v}});
   Tensor in[] = {q, k, v};
-  return q.graph->add_node(in, p);
+  return g.add_node(in, p);
 }
 
 }  // namespace tessera

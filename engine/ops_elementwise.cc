@@ -110,9 +110,9 @@ const OpDef kUnaryDef{
 };
 
 Tensor unary(UnaryFn fn, Tensor x) {
-  if (x.graph == nullptr) fail("unary", "empty tensor");
+  Graph& g = builder_graph("unary", {{"x", x}});
   Tensor in[] = {x};
-  return x.graph->add_node(in, UnaryAttrs{fn});
+  return g.add_node(in, UnaryAttrs{fn});
 }
 Tensor neg(Tensor x) { return unary(UnaryFn::Neg, x); }
 Tensor exp(Tensor x) { return unary(UnaryFn::Exp, x); }
@@ -171,9 +171,9 @@ const OpDef kBinaryDef{
 };
 
 Tensor binary(BinaryFn fn, Tensor a, Tensor b) {
+  Graph& g = builder_graph("binary", {{"a", a}, {"b", b}});
   Tensor in[] = {a, b};
-  if (a.graph == nullptr) fail("binary", "empty tensor");
-  return a.graph->add_node(in, BinaryAttrs{fn});
+  return g.add_node(in, BinaryAttrs{fn});
 }
 Tensor add(Tensor a, Tensor b) { return binary(BinaryFn::Add, a, b); }
 Tensor sub(Tensor a, Tensor b) { return binary(BinaryFn::Sub, a, b); }
@@ -216,9 +216,9 @@ const OpDef kWhereDef{
 };
 
 Tensor where(Tensor cond, Tensor a, Tensor b) {
+  Graph& g = builder_graph("where", {{"cond", cond}, {"a", a}, {"b", b}});
   Tensor in[] = {cond, a, b};
-  if (cond.graph == nullptr) fail("where", "empty tensor");
-  return cond.graph->add_node(in, WhereAttrs{});
+  return g.add_node(in, WhereAttrs{});
 }
 
 // ---- cast: CastAttrs {dtype} (the target) --------------------------------------------------
@@ -240,9 +240,9 @@ const OpDef kCastDef{
 };
 
 Tensor cast(Tensor x, DType dtype) {
-  if (x.graph == nullptr) fail("cast", "empty tensor");
+  Graph& g = builder_graph("cast", {{"x", x}});
   Tensor in[] = {x};
-  return x.graph->add_node(in, CastAttrs{dtype});
+  return g.add_node(in, CastAttrs{dtype});
 }
 
 }  // namespace tessera

@@ -141,9 +141,8 @@ const OpDef kFusedElementwiseDef{
 };
 
 Tensor fused_elementwise(std::span<const Tensor> inputs, std::vector<FusedInstr> program) {
-  if (inputs.empty() || inputs[0].graph == nullptr)
-    fail("fused_elementwise", "no inputs (or an empty tensor)");
-  return inputs[0].graph->add_node(inputs, FusedElementwiseAttrs{std::move(program)});
+  Graph& g = builder_graph("fused_elementwise", "inputs", inputs);
+  return g.add_node(inputs, FusedElementwiseAttrs{std::move(program)});
 }
 
 }  // namespace tessera

@@ -31,10 +31,6 @@ bool broadcastable(const Shape& a, const Shape& b) {
   return true;
 }
 
-void check_tensor(std::string_view op, const Tensor& t) {
-  if (t.graph == nullptr) fail(op, "empty tensor");
-}
-
 }  // namespace
 
 // ---- matmul(a [..., M, K], b [..., K, N]) -> [..., M, N] ------------------------------------
@@ -123,9 +119,9 @@ const OpDef kMatmulDef{
 };
 
 Tensor matmul(Tensor a, Tensor b) {
-  check_tensor("matmul", a);
+  Graph& g = builder_graph("matmul", {{"a", a}, {"b", b}});
   Tensor in[] = {a, b};
-  return a.graph->add_node(in, MatmulAttrs{});
+  return g.add_node(in, MatmulAttrs{});
 }
 
 // ---- gather(table [V, ...rest], ids [...idx]) -> [...idx, ...rest] ---------------------------
@@ -195,9 +191,9 @@ const OpDef kGatherDef{
 Tensor embedding(Tensor table, Tensor ids) { return gather(table, ids); }
 
 Tensor gather(Tensor table, Tensor ids) {
-  check_tensor("gather", table);
+  Graph& g = builder_graph("gather", {{"table", table}, {"ids", ids}});
   Tensor in[] = {table, ids};
-  return table.graph->add_node(in, GatherAttrs{});
+  return g.add_node(in, GatherAttrs{});
 }
 
 // ---- triangle(x): TriangleAttrs {upper, k} -------------------------------------------------------
@@ -224,15 +220,15 @@ const OpDef kTriangleDef{
 };
 
 Tensor triu(Tensor x, int64_t k) {
-  check_tensor("triangle", x);
+  Graph& g = builder_graph("triangle", {{"x", x}});
   Tensor in[] = {x};
-  return x.graph->add_node(in, TriangleAttrs{.upper = true, .k = k});
+  return g.add_node(in, TriangleAttrs{.upper = true, .k = k});
 }
 
 Tensor tril(Tensor x, int64_t k) {
-  check_tensor("triangle", x);
+  Graph& g = builder_graph("triangle", {{"x", x}});
   Tensor in[] = {x};
-  return x.graph->add_node(in, TriangleAttrs{.upper = false, .k = k});
+  return g.add_node(in, TriangleAttrs{.upper = false, .k = k});
 }
 
 // ---- arange: no inputs; ArangeAttrs {n, start, step, dtype} -------------------------------------

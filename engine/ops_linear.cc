@@ -77,9 +77,9 @@ const OpDef kLinearDef{
 };
 
 Tensor linear(Tensor x, Tensor weight) {
-  if (x.graph == nullptr || weight.graph == nullptr) fail("linear", "empty tensor");
+  Graph& g = builder_graph("linear", {{"x", x}, {"weight", weight}});
   Tensor in[] = {x, weight};
-  return x.graph->add_node(in, LinearAttrs{});
+  return g.add_node(in, LinearAttrs{});
 }
 
 }  // namespace tessera

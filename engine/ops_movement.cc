@@ -15,12 +15,7 @@ namespace {
 // More boxes than this from one repeat forward: widen the axes with most copies to full.
 constexpr int64_t kMaxRepeatBoxes = 64;
 
-Graph& graph_of(std::string_view op, Tensor x) {
-  if (x.graph == nullptr) fail(op, "empty tensor");
-  if (x.id < 0 || x.id >= x.graph->size())
-    fail(op, absl::StrCat("tensor handle %", x.id, " is not a node of its graph"));
-  return *x.graph;
-}
+Graph& graph_of(std::string_view op, Tensor x) { return builder_graph(op, {{"x", x}}); }
 
 Tensor add_movement(std::string_view op, Tensor x, OpAttrs attrs) {
   Tensor in[] = {x};
@@ -308,8 +303,7 @@ const OpDef kConcatDef{
 };
 
 Tensor concat(std::span<const Tensor> xs, int64_t axis) {
-  if (xs.empty()) fail("concat", "no inputs");
-  Graph& g = graph_of("concat", xs[0]);
+  Graph& g = builder_graph("concat", "xs", xs);
   const int a = normalize_axis("concat", axis, g.node(xs[0].id).rank());
   return g.add_node(xs, ConcatAttrs{a});
 }
@@ -324,6 +318,7 @@ std::vector<Tensor> split(Tensor x, int64_t axis, std::vector<int64_t> sizes) {
   }
   if (total != shape[a])
     fail("split", absl::StrCat("sizes sum to ", total, " but axis ", a, " has ", shape[a]));
+  GraphRollback rollback(graph_of("split", x));  // a failing slice removes the earlier ones
   std::vector<Tensor> parts;
   int64_t offset = 0;
   for (int64_t s : sizes) {
@@ -334,19 +329,18 @@ std::vector<Tensor> split(Tensor x, int64_t axis, std::vector<int64_t> sizes) {
 }
 
 Tensor stack(std::span<const Tensor> xs, int64_t axis) {
-  if (xs.empty()) fail("stack", "no inputs");
-  const Shape shape = graph_of("stack", xs[0]).node(xs[0].id).shape;
+  Graph& g = builder_graph("stack", "xs", xs);
+  const Shape shape = g.node(xs[0].id).shape;
   const int a = normalize_axis("stack", axis, static_cast<int>(shape.size()) + 1);
-  Shape with_axis = shape;
-  with_axis.insert(with_axis.begin() + a, 1);
-  std::vector<Tensor> parts;
-  for (const Tensor& x : xs) {
-    if (x.graph != xs[0].graph) fail("stack", "inputs belong to different graphs");
+  for (const Tensor& x : xs)
     if (x.shape() != shape)
       fail("stack",
            absl::StrCat("shape mismatch: ", shape_string(shape), " vs ", shape_string(x.shape())));
-    parts.push_back(reshape(x, with_axis));
-  }
+  Shape with_axis = shape;
+  with_axis.insert(with_axis.begin() + a, 1);
+  GraphRollback rollback(g);  // concat can still fail (mixed dtypes): no reshape stays behind
+  std::vector<Tensor> parts;
+  for (const Tensor& x : xs) parts.push_back(reshape(x, with_axis));
   return concat(parts, a);
 }
 

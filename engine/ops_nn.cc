@@ -203,10 +203,10 @@ const OpDef kConv2dDef{
 };
 
 Tensor conv2d(Tensor x, Tensor weight, Tensor bias, const Conv2dParams& p) {
-  if (x.graph == nullptr) fail("conv2d", "empty tensor");
+  Graph& g = builder_graph("conv2d", {{"x", x}, {"weight", weight}, {"bias", bias, true}});
   const bool has_bias = bias.graph != nullptr;
   Tensor in[] = {x, weight, bias};
-  return x.graph->add_node(std::span<const Tensor>(in, has_bias ? 3 : 2), p);
+  return g.add_node(std::span<const Tensor>(in, has_bias ? 3 : 2), p);
 }
 
 // ---- pool2d(x [N, C, H, W] float) -> [N, C, OH, OW] ----------------------------------------
@@ -273,9 +273,9 @@ const OpDef kPool2dDef{
 };
 
 Tensor pool2d(Tensor x, PoolKind kind, int64_t kernel, int64_t stride, int64_t padding) {
-  if (x.graph == nullptr) fail("pool2d", "empty tensor");
+  Graph& g = builder_graph("pool2d", {{"x", x}});
   Tensor in[] = {x};
-  return x.graph->add_node(
+  return g.add_node(
       in, Pool2dAttrs{.kind = kind, .kernel = kernel, .stride = stride, .padding = padding});
 }
 
@@ -348,9 +348,9 @@ const OpDef kUpsampleDef{
 };
 
 Tensor upsample_nearest(Tensor x, int64_t scale) {
-  if (x.graph == nullptr) fail("upsample", "empty tensor");
+  Graph& g = builder_graph("upsample", {{"x", x}});
   Tensor in[] = {x};
-  return x.graph->add_node(in, UpsampleAttrs{scale});
+  return g.add_node(in, UpsampleAttrs{scale});
 }
 
 }  // namespace tessera

@@ -75,7 +75,7 @@ std::string eps_string(const char* op, double eps) { return absl::StrCat(op, "{e
 
 // Inputs of a norm: x, then weight and bias when present.
 std::vector<Tensor> norm_inputs(std::string_view op, Tensor x, Tensor weight, Tensor bias) {
-  if (x.graph == nullptr) fail(op, "empty tensor");
+  builder_graph(op, {{"x", x}, {"weight", weight, true}, {"bias", bias, true}});
   std::vector<Tensor> in = {x};
   if (weight.graph != nullptr) in.push_back(weight);
   if (bias.graph != nullptr) in.push_back(bias);

@@ -12,10 +12,6 @@ namespace tessera {
 
 namespace {
 
-void check_tensor(std::string_view op, const Tensor& t) {
-  if (t.graph == nullptr) fail(op, "empty tensor");
-}
-
 // Checks that an attribute holds a normalised axis of a tensor of `rank`.
 int checked_axis(std::string_view op, int64_t axis, int rank) {
   if (axis < 0 || axis >= rank)
@@ -143,7 +139,7 @@ const OpDef kReduceDef{
 };
 
 Tensor reduce(ReduceFn fn, Tensor x, std::vector<int64_t> axes, bool keepdims) {
-  check_tensor("reduce", x);
+  Graph& g = builder_graph("reduce", {{"x", x}});
   ReduceAttrs attrs{.fn = fn, .keepdims = keepdims};
   // An unknown function is reported by infer; only valid ones get their axes normalised here.
   if (fn >= ReduceFn::Sum && fn < ReduceFn::Count) {
@@ -157,7 +153,7 @@ Tensor reduce(ReduceFn fn, Tensor x, std::vector<int64_t> axes, bool keepdims) {
   }
   attrs.axes.assign(axes.begin(), axes.end());
   Tensor in[] = {x};
-  return x.graph->add_node(in, std::move(attrs));
+  return g.add_node(in, std::move(attrs));
 }
 Tensor sum(Tensor x, std::vector<int64_t> axes, bool keepdims) {
   return reduce(ReduceFn::Sum, x, std::move(axes), keepdims);
@@ -213,9 +209,9 @@ const OpDef kCumsumDef{
 };
 
 Tensor cumsum(Tensor x, int64_t axis) {
-  check_tensor("cumsum", x);
+  Graph& g = builder_graph("cumsum", {{"x", x}});
   Tensor in[] = {x};
-  return x.graph->add_node(in, CumsumAttrs{normalize_axis("cumsum", axis, x.rank())});
+  return g.add_node(in, CumsumAttrs{normalize_axis("cumsum", axis, x.rank())});
 }
 
 // ---- softmax: SoftmaxAttrs {axis (normalised), log} -----------------------------------------
@@ -263,9 +259,9 @@ const OpDef kSoftmaxDef{
 };
 
 static Tensor softmax_node(Tensor x, int64_t axis, bool log) {
-  check_tensor("softmax", x);
+  Graph& g = builder_graph("softmax", {{"x", x}});
   Tensor in[] = {x};
-  return x.graph->add_node(in, SoftmaxAttrs{normalize_axis("softmax", axis, x.rank()), log});
+  return g.add_node(in, SoftmaxAttrs{normalize_axis("softmax", axis, x.rank()), log});
 }
 Tensor softmax(Tensor x, int64_t axis) {
   return softmax_node(x, axis, false);

@@ -12,13 +12,6 @@ namespace {
 
 using Boxes = Region::Boxes;
 
-Graph& graph_of(std::string_view op, Tensor x) {
-  if (x.graph == nullptr) fail(op, "empty tensor");
-  if (x.id < 0 || x.id >= x.graph->size())
-    fail(op, absl::StrCat("tensor handle %", x.id, " is not a node of its graph"));
-  return *x.graph;
-}
-
 // ---- reshape geometry -----------------------------------------------------------------------
 // A reshape keeps the row-major linear index of every element. Both rules map a box of one shape
 // to boxes of the other through linear ranges, so they share reshape_map below.
@@ -250,7 +243,8 @@ const OpDef kReshapeDef{
 };
 
 Tensor reshape(Tensor x, const Shape& shape) {
-  const int64_t volume = graph_of("reshape", x).node(x.id).volume();
+  Graph& g = builder_graph("reshape", {{"x", x}});
+  const int64_t volume = g.node(x.id).volume();
   Shape resolved = shape;
   int infer_at = -1;
   int64_t known = 1;
@@ -271,7 +265,7 @@ Tensor reshape(Tensor x, const Shape& shape) {
     resolved[infer_at] = volume / known;
   }
   Tensor in[] = {x};
-  return x.graph->add_node(in, ReshapeAttrs{resolved});
+  return g.add_node(in, ReshapeAttrs{resolved});
 }
 
 }  // namespace tessera

@@ -202,9 +202,9 @@ const OpDef kRopeDef{
 
 Tensor rope(Tensor x, Tensor positions, int64_t n_rot, double base, RopeMode mode,
             double freq_scale) {
-  if (x.graph == nullptr) fail("rope", "empty tensor");
+  Graph& g = builder_graph("rope", {{"x", x}, {"positions", positions}});
   Tensor in[] = {x, positions};
-  return x.graph->add_node(
+  return g.add_node(
       in, RopeAttrs{.n_rot = n_rot, .base = base, .mode = mode, .freq_scale = freq_scale});
 }
 
@@ -342,9 +342,9 @@ const OpDef kRopeMultiDef{
 };
 
 Tensor rope_multi(Tensor x, Tensor positions, std::vector<int64_t> axes_dims, double base) {
-  if (x.graph == nullptr) fail("rope_multi", "empty tensor");
+  Graph& g = builder_graph("rope_multi", {{"x", x}, {"positions", positions}});
   Tensor in[] = {x, positions};
-  return x.graph->add_node(
+  return g.add_node(
       in, RopeMultiAttrs{.axes_dims = Ints(axes_dims.begin(), axes_dims.end()), .base = base});
 }
 

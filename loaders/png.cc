@@ -22,6 +22,7 @@ namespace {
 // header cannot ask for gigabytes.
 constexpr uint64_t kMaxPixels = uint64_t{1} << 28;
 constexpr uint32_t kMaxSide = 1u << 16;
+constexpr png_alloc_size_t kMaxChunkBytes = 8'000'000;  // libpng's own suggested bound
 
 // State shared with libpng's callbacks. Trivially destructible on purpose: libpng leaves an
 // error by longjmp, which may skip only frames without destructors to run.
@@ -79,6 +80,12 @@ struct ReadHeader {
 bool read_header(png_structp png, png_infop info, int channels, ReadHeader* header) {
   if (setjmp(png_jmpbuf(png))) return false;
   png_set_user_limits(png, kMaxSide, kMaxSide);
+  // libpng allocates a text chunk's declared length (up to 2^31 bytes) before reading its data,
+  // so an 81-byte file could ask for gigabytes. Only the critical chunks and tRNS matter here (no
+  // gamma, profile or text is used): libpng skips every other chunk without buffering it, and
+  // caps what any remaining chunk handler may allocate.
+  png_set_keep_unknown_chunks(png, PNG_HANDLE_CHUNK_NEVER, nullptr, -1);
+  png_set_chunk_malloc_max(png, kMaxChunkBytes);
   png_read_info(png, info);
   const png_uint_32 width = png_get_image_width(png, info),
                     height = png_get_image_height(png, info);

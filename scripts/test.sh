@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds everything with warnings as errors and runs the whole test suite (CTest), including
 # the real-model tests (the models are fetched once into models/). Exits non-zero when any
-# test fails.
+# test fails. TESSERA_FUZZ_SECONDS=N (off by default) then also runs every libFuzzer target
+# for N seconds (scripts/fuzz.sh: its own clang + sanitizer build, a few extra minutes).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -10,3 +11,6 @@ bash scripts/fetch_models.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSERA_WERROR=ON >/dev/null
 cmake --build build -j "$(nproc)"
 ctest --test-dir build --output-on-failure -j "$(nproc)" --timeout 1500
+if [ -n "${TESSERA_FUZZ_SECONDS:-}" ]; then
+  bash scripts/fuzz.sh all "$TESSERA_FUZZ_SECONDS"
+fi

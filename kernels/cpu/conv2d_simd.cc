@@ -3,17 +3,15 @@
 // tap, one FMA per accumulator and tap, taps in the order (c, kh, kw). The block loop is
 // conv2d_block.inc, compiled once per instruction set in its own target region.
 #include "kernels/cpu/conv2d_internal.h"
+#include "kernels/cpu/simd_avx2.h"
 
 #if defined(__x86_64__)
-#include <immintrin.h>
-
 #include <cstddef>
 #include <utility>
 
 namespace tessera::cpu::conv {
 
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c")
+TESSERA_AVX2_BEGIN
 namespace avx2 {
 namespace {
 
@@ -47,14 +45,9 @@ inline void store_partial(float* p, Vec v, int64_t n) {
 
 }  // namespace
 }  // namespace avx2
-#pragma GCC pop_options
+TESSERA_AVX2_END
 
-// GCC 12's AVX-512 headers build some results from _mm512_undefined_*() and then warn about it
-// (-Wuninitialized) where they are inlined; the warning is silenced inside the region.
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
+TESSERA_AVX512_BEGIN
 namespace avx512 {
 namespace {
 
@@ -87,8 +80,7 @@ inline void store_partial(float* p, Vec v, int64_t n) {
 
 }  // namespace
 }  // namespace avx512
-#pragma GCC diagnostic pop
-#pragma GCC pop_options
+TESSERA_AVX512_END
 
 const MicroTable& avx2_micro_table() {
   static const MicroTable table = avx2::make_table();

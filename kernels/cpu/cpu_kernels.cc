@@ -2,8 +2,26 @@
 
 #include <cstdlib>
 #include <cstring>
+#if defined(__x86_64__) && defined(__clang__)
+#include <cpuid.h>
+#endif
 
 namespace tessera::cpu {
+namespace {
+
+#if defined(__x86_64__)
+// F16C: GCC's __builtin_cpu_supports knows the name, clang 14's does not (CPUID leaf 1, ECX).
+bool f16c_supported() {
+#if defined(__clang__)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+#else
+  return __builtin_cpu_supports("f16c");
+#endif
+}
+#endif
+
+}  // namespace
 
 bool isa_supported(Isa isa) {
   switch (isa) {
@@ -11,8 +29,7 @@ bool isa_supported(Isa isa) {
       return true;
     case Isa::Avx2:
 #if defined(__x86_64__)
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-             __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c_supported();
 #else
       return false;
 #endif

@@ -11,13 +11,6 @@
 
 #if TESSERA_HAVE_AVX2_PATHS
 
-// GCC 12's AVX-512 headers build some results from _mm512_undefined_*() and then warn about
-// it (-Wuninitialized) where they are inlined; the warning is silenced inside the region.
-#define TESSERA_AVX512_BEGIN                                                      \
-  _Pragma("GCC push_options")                                                     \
-      _Pragma("GCC target(\"avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c\")") \
-          _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wuninitialized\"")
-#define TESSERA_AVX512_END _Pragma("GCC diagnostic pop") _Pragma("GCC pop_options")
 #define TESSERA_INLINE __attribute__((always_inline)) inline
 
 TESSERA_AVX512_BEGIN

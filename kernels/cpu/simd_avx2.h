@@ -3,8 +3,11 @@
 // the same input lanes always give the same output bits, whatever lane they sit in, which is
 // what lets kernels process tails by padding them into a full vector (DESIGN.md section 1).
 // Functions carry TESSERA_AVX2 and must only be called after cpu::isa_supported(Isa::Avx2).
-// AVX2 code is compiled between TESSERA_AVX2_BEGIN and TESSERA_AVX2_END (a GCC target region,
+// AVX2 code is compiled between TESSERA_AVX2_BEGIN and TESSERA_AVX2_END (a target region,
 // which unlike the target attribute also covers lambdas); include every header before it.
+// AVX-512 code likewise between TESSERA_AVX512_BEGIN and TESSERA_AVX512_END. GCC regions are
+// "#pragma GCC target"; clang ignores those and gets "#pragma clang attribute" instead, which
+// gives every function (lambdas included) declared in the region the same target attribute.
 #pragma once
 
 #if defined(__x86_64__)
@@ -15,8 +18,25 @@
 #include <cstring>
 
 #define TESSERA_AVX2 __attribute__((target("avx2,fma,f16c")))
+#if defined(__clang__)
+#define TESSERA_PRAGMA(...) _Pragma(#__VA_ARGS__)
+#define TESSERA_CLANG_TARGET_BEGIN(features) \
+  TESSERA_PRAGMA(clang attribute push(__attribute__((target(features))), apply_to = function))
+#define TESSERA_AVX2_BEGIN TESSERA_CLANG_TARGET_BEGIN("avx2,fma,f16c")
+#define TESSERA_AVX2_END _Pragma("clang attribute pop")
+#define TESSERA_AVX512_BEGIN TESSERA_CLANG_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
+#define TESSERA_AVX512_END _Pragma("clang attribute pop")
+#else
 #define TESSERA_AVX2_BEGIN _Pragma("GCC push_options") _Pragma("GCC target(\"avx2,fma,f16c\")")
 #define TESSERA_AVX2_END _Pragma("GCC pop_options")
+// GCC 12's AVX-512 headers build some results from _mm512_undefined_*() and then warn about
+// it (-Wuninitialized) where they are inlined; the warning is silenced inside the region.
+#define TESSERA_AVX512_BEGIN                                                      \
+  _Pragma("GCC push_options")                                                     \
+      _Pragma("GCC target(\"avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c\")") \
+          _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wuninitialized\"")
+#define TESSERA_AVX512_END _Pragma("GCC diagnostic pop") _Pragma("GCC pop_options")
+#endif
 
 TESSERA_AVX2_BEGIN
 namespace tessera::cpu::avx2 {
