@@ -200,6 +200,46 @@ TEST_CASE("vulkan: strided views through the backend interface match the referen
   prepared->reset();
 }
 
+TEST_CASE("vulkan: views deep in buffers larger than one binding; launches of more items than work groups") {
+  Env env;
+  std::unique_ptr<Backend> backend = vulkan();
+  if (backend == nullptr) return;
+  const int64_t n = 4'500'000;              // more work items than 65535 groups of 64
+  const int64_t offset = int64_t{150} << 20;  // past lavapipe's 128 MiB storage-buffer range
+  Graph g;
+  Tensor x = g.input("x", {n}, DType::F32);
+  Tensor y = unary(UnaryFn::Neg, x);
+  Plan plan;
+  plan.steps.push_back(PlanStep{y.id});
+  absl::StatusOr<std::unique_ptr<PreparedPlan>> prepared = backend->prepare(g, plan);
+  REQUIRE(prepared.ok());
+  absl::StatusOr<BufferHandle> xb = backend->allocate(offset + n * 4), yb = backend->allocate(n * 4);
+  REQUIRE((xb.ok() && yb.ok()));
+  std::vector<float> host(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) host[static_cast<size_t>(i)] = static_cast<float>(i % 1000) - 500.0f;
+  const Box all = Box::full(Shape{n});
+  REQUIRE(backend->copy_in(BufferRegion{*xb, offset, DType::F32, all}, all, host.data()).ok());
+  KernelInput in;
+  static_cast<TensorView&>(in) = dense_view(reinterpret_cast<void*>(xb->id + offset), DType::F32, all);
+  in.shape = {n};
+  const TensorView out = dense_view(reinterpret_cast<void*>(yb->id), DType::F32, all);
+  const StepLaunch launch{0, std::span<const KernelInput>(&in, 1), out, std::span<const Box>(&all, 1)};
+  REQUIRE(backend->run(**prepared, std::span<const StepLaunch>(&launch, 1), {}).ok());
+  REQUIRE(backend->synchronize().ok());
+  std::vector<float> got(static_cast<size_t>(n));
+  REQUIRE(backend->copy_out(BufferRegion{*yb, 0, DType::F32, all}, all, got.data()).ok());
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < n; ++i) wrong += got[static_cast<size_t>(i)] != -host[static_cast<size_t>(i)];
+  CHECK(wrong == 0);
+  prepared->reset();
+  backend->free(*xb);
+  backend->free(*yb);
+  // Offsets in the shaders are 32-bit: tensors of 2^31 elements or more stay on the host.
+  Graph h;
+  Tensor huge = exp(h.input("x", {int64_t{1} << 31}, DType::F32));
+  CHECK(backend->supports(h, h.node(huge.id)).code() == absl::StatusCode::kUnimplemented);
+}
+
 TEST_CASE("vulkan: random graphs, incremental reads bitwise equal to a fresh Vulkan session") {
   Env env;
   if (vulkan() == nullptr) return;
