@@ -27,40 +27,42 @@ std::string preamble(int rank, size_t inputs) {
       "layout(std430, set = 0, binding = 0) readonly buffer Params { int P[]; };\n"
       "layout(std430, set = 0, binding = 1) buffer Out { float o_[]; };\n");
   for (size_t k = 0; k < inputs; ++k)
-    absl::StrAppend(&s, "layout(std430, set = 0, binding = ", k + 2, ") readonly buffer In", k, " { float in", k, "[]; };\n");
-  absl::StrAppend(&s, "#define R ", rank,
-                  "\n"
-                  "#define NAN uintBitsToFloat(0x7fc00000u)\n"
-                  "#define INFINITY uintBitsToFloat(0x7f800000u)\n"
-                  "float tessera_erf(float x) {\n"
-                  "  const float t = 1.0f / (1.0f + 0.3275911f * abs(x));\n"
-                  "  const float p = ((((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t - 0.284496736f) * t"
-                  " + 0.254829592f) * t;\n"
-                  "  const float y = 1.0f - p * exp(-x * x);\n"
-                  "  return x < 0.0f ? -y : y;\n"
-                  "}\n"
-                  "float tessera_pow(float a, float b) {\n"
-                  "  if (b == 0.0f) return 1.0f;\n"
-                  "  if (a == 0.0f) return b > 0.0f ? 0.0f : INFINITY;\n"
-                  "  if (a > 0.0f || isnan(a) || isnan(b)) return pow(a, b);\n"
-                  "  if (b != floor(b)) return NAN;\n"
-                  "  const float r = pow(-a, b);\n"
-                  "  return mod(b, 2.0f) == 1.0f ? -r : r;\n"
-                  "}\n"
-                  "int at(int base, int st[8], int idx[8]) {\n"
-                  "  int o = base;\n"
-                  "  for (int d = 0; d < R; ++d) o += idx[d] * st[d];\n"
-                  "  return o;\n"
-                  "}\n"
-                  "// Element g of the box (row-major), skipping axis `skip` (-1: none), which is set to 0.\n"
-                  "void decode(int g, int b[8], int e[8], int skip, out int idx[8]) {\n"
-                  "  for (int d = 7; d >= R; --d) idx[d] = 0;\n"
-                  "  for (int d = R - 1; d >= 0; --d) {\n"
-                  "    if (d == skip) { idx[d] = 0; continue; }\n"
-                  "    idx[d] = b[d] + g % e[d];\n"
-                  "    g /= e[d];\n"
-                  "  }\n"
-                  "}\n");
+    absl::StrAppend(&s, "layout(std430, set = 0, binding = ", k + 2, ") readonly buffer In", k,
+                    " { float in", k, "[]; };\n");
+  absl::StrAppend(
+      &s, "#define R ", rank,
+      "\n"
+      "#define NAN uintBitsToFloat(0x7fc00000u)\n"
+      "#define INFINITY uintBitsToFloat(0x7f800000u)\n"
+      "float tessera_erf(float x) {\n"
+      "  const float t = 1.0f / (1.0f + 0.3275911f * abs(x));\n"
+      "  const float p = ((((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t\n"
+      "                   - 0.284496736f) * t + 0.254829592f) * t;\n"
+      "  const float y = 1.0f - p * exp(-x * x);\n"
+      "  return x < 0.0f ? -y : y;\n"
+      "}\n"
+      "float tessera_pow(float a, float b) {\n"
+      "  if (b == 0.0f) return 1.0f;\n"
+      "  if (a == 0.0f) return b > 0.0f ? 0.0f : INFINITY;\n"
+      "  if (a > 0.0f || isnan(a) || isnan(b)) return pow(a, b);\n"
+      "  if (b != floor(b)) return NAN;\n"
+      "  const float r = pow(-a, b);\n"
+      "  return mod(b, 2.0f) == 1.0f ? -r : r;\n"
+      "}\n"
+      "int at(int base, int st[8], int idx[8]) {\n"
+      "  int o = base;\n"
+      "  for (int d = 0; d < R; ++d) o += idx[d] * st[d];\n"
+      "  return o;\n"
+      "}\n"
+      "// Element g of the box (row-major), skipping axis `skip` (-1: none), which is set to 0.\n"
+      "void decode(int g, int b[8], int e[8], int skip, out int idx[8]) {\n"
+      "  for (int d = 7; d >= R; --d) idx[d] = 0;\n"
+      "  for (int d = R - 1; d >= 0; --d) {\n"
+      "    if (d == skip) { idx[d] = 0; continue; }\n"
+      "    idx[d] = b[d] + g % e[d];\n"
+      "    g /= e[d];\n"
+      "  }\n"
+      "}\n");
   return s;
 }
 
@@ -74,11 +76,13 @@ std::string shader(int rank, size_t inputs, const std::string& body) {
                                "  const int depth = P[p + 1];\n"
                                "  const int out_base = P[p + 2];\n"
                                "  int os[8], b[8], e[8];\n"
-                               "  for (int d = 0; d < 8; ++d) { os[d] = P[p + 3 + d]; b[d] = P[p + 11 + d]; e[d] = P[p + 19 + d]; }\n");
+                               "  for (int d = 0; d < 8; ++d) { os[d] = P[p + 3 + d]; b[d] = P[p + "
+                               "11 + d]; e[d] = P[p + 19 + d]; }\n");
   for (size_t k = 0; k < inputs; ++k) {
     const size_t at = kGlslFixedParams + k * kGlslInputParams;
-    absl::StrAppend(&s, "  const int in", k, "_base = P[p + ", at, "], in", k, "_red = P[p + ", at + 9, "];\n", "  int s", k,
-                    "[8];\n  for (int d = 0; d < 8; ++d) s", k, "[d] = P[p + ", at + 1, " + d];\n");
+    absl::StrAppend(&s, "  const int in", k, "_base = P[p + ", at, "], in", k, "_red = P[p + ",
+                    at + 9, "];\n", "  int s", k, "[8];\n  for (int d = 0; d < 8; ++d) s", k,
+                    "[d] = P[p + ", at + 1, " + d];\n");
   }
   absl::StrAppend(&s,
                   "  const uint step = gl_NumWorkGroups.x * gl_WorkGroupSize.x;\n"
@@ -93,7 +97,9 @@ GeneratedKernel elementwise(const Node& node, size_t inputs, const std::string& 
   k.rank = node.rank();
   k.name = "main";
   std::string body = "    int idx[8];\n    decode(g, b, e, -1, idx);\n";
-  for (size_t i = 0; i < inputs; ++i) absl::StrAppend(&body, "    const float a", i, " = in", i, "[at(in", i, "_base, s", i, ", idx)];\n");
+  for (size_t i = 0; i < inputs; ++i)
+    absl::StrAppend(&body, "    const float a", i, " = in", i, "[at(in", i, "_base, s", i,
+                    ", idx)];\n");
   absl::StrAppend(&body, value, "    o_[at(out_base, os, idx)] = v;\n");
   k.source = shader(k.rank, inputs, body);
   return k;
@@ -108,7 +114,8 @@ GeneratedKernel dot(const Node& node) {
                     "    int idx[8];\n    decode(g, b, e, -1, idx);\n"
                     "    const int oa = at(in0_base, s0, idx), ob = at(in1_base, s1, idx);\n"
                     "    precise float acc = 0.0f;\n"
-                    "    for (int k = 0; k < depth; ++k) acc = acc + in0[oa + k * in0_red] * in1[ob + k * in1_red];\n"
+                    "    for (int k = 0; k < depth; ++k) acc = acc + in0[oa + k * in0_red] * "
+                    "in1[ob + k * in1_red];\n"
                     "    o_[at(out_base, os, idx)] = acc;\n");
   return k;
 }
@@ -121,20 +128,21 @@ GeneratedKernel softmax(const Node& node) {
   k.shape = KernelShape::Rows;
   k.axis = static_cast<int>(a.axis);
   k.name = "main";
-  k.source = shader(k.rank, 1,
-                    absl::StrCat("    const int A = ", k.axis, ";\n",
-                                 "    int idx[8];\n    decode(g, b, e, A, idx);\n"
-                                 "    const int ox = at(in0_base, s0, idx), sa = s0[A];\n"
-                                 "    precise float m = -INFINITY;\n"
-                                 "    for (int j = 0; j < depth; ++j) m = max(m, in0[ox + j * sa]);\n"
-                                 "    precise float s = 0.0f;\n"
-                                 "    for (int j = 0; j < depth; ++j) s = s + exp(in0[ox + j * sa] - m);\n"
-                                 "    for (int j = b[A]; j < b[A] + e[A]; ++j) {\n"
-                                 "      idx[A] = j;\n"
-                                 "      const float x = in0[ox + j * sa];\n",
-                                 a.log ? "      o_[at(out_base, os, idx)] = (x - m) - log(s);\n"
-                                       : "      o_[at(out_base, os, idx)] = exp(x - m) / s;\n",
-                                 "    }\n"));
+  k.source =
+      shader(k.rank, 1,
+             absl::StrCat("    const int A = ", k.axis, ";\n",
+                          "    int idx[8];\n    decode(g, b, e, A, idx);\n"
+                          "    const int ox = at(in0_base, s0, idx), sa = s0[A];\n"
+                          "    precise float m = -INFINITY;\n"
+                          "    for (int j = 0; j < depth; ++j) m = max(m, in0[ox + j * sa]);\n"
+                          "    precise float s = 0.0f;\n"
+                          "    for (int j = 0; j < depth; ++j) s = s + exp(in0[ox + j * sa] - m);\n"
+                          "    for (int j = b[A]; j < b[A] + e[A]; ++j) {\n"
+                          "      idx[A] = j;\n"
+                          "      const float x = in0[ox + j * sa];\n",
+                          a.log ? "      o_[at(out_base, os, idx)] = (x - m) - log(s);\n"
+                                : "      o_[at(out_base, os, idx)] = exp(x - m) / s;\n",
+                          "    }\n"));
   return k;
 }
 
@@ -145,20 +153,22 @@ GeneratedKernel rms_norm(const Node& node) {
   k.axis = k.rank - 1;
   const bool weight = node.inputs.size() > 1;
   k.name = "main";
-  k.source = shader(
-      k.rank, node.inputs.size(),
-      absl::StrCat("    const int A = R - 1;\n"
-                   "    int idx[8];\n    decode(g, b, e, A, idx);\n"
-                   "    const int ox = at(in0_base, s0, idx), sa = s0[A];\n"
-                   "    precise float ss = 0.0f;\n"
-                   "    for (int j = 0; j < depth; ++j) { const float x = in0[ox + j * sa]; ss = ss + x * x; }\n"
-                   "    precise float scale = 1.0f / sqrt(ss / float(depth) + ",
-                   literal(node.attrs_as<RmsNormAttrs>().eps), ");\n",
-                   "    for (int j = b[A]; j < b[A] + e[A]; ++j) {\n"
-                   "      idx[A] = j;\n",
-                   weight ? "      o_[at(out_base, os, idx)] = (in0[ox + j * sa] * scale) * in1[at(in1_base, s1, idx)];\n"
-                          : "      o_[at(out_base, os, idx)] = in0[ox + j * sa] * scale;\n",
-                   "    }\n"));
+  k.source =
+      shader(k.rank, node.inputs.size(),
+             absl::StrCat("    const int A = R - 1;\n"
+                          "    int idx[8];\n    decode(g, b, e, A, idx);\n"
+                          "    const int ox = at(in0_base, s0, idx), sa = s0[A];\n"
+                          "    precise float ss = 0.0f;\n"
+                          "    for (int j = 0; j < depth; ++j) { const float x = in0[ox + j * sa]; "
+                          "ss = ss + x * x; }\n"
+                          "    precise float scale = 1.0f / sqrt(ss / float(depth) + ",
+                          literal(node.attrs_as<RmsNormAttrs>().eps), ");\n",
+                          "    for (int j = b[A]; j < b[A] + e[A]; ++j) {\n"
+                          "      idx[A] = j;\n",
+                          weight ? "      o_[at(out_base, os, idx)] = (in0[ox + j * sa] * scale) * "
+                                   "in1[at(in1_base, s1, idx)];\n"
+                                 : "      o_[at(out_base, os, idx)] = in0[ox + j * sa] * scale;\n",
+                          "    }\n"));
   return k;
 }
 
@@ -170,11 +180,17 @@ absl::StatusOr<GeneratedKernel> generate_glsl(const Graph& graph, const Node& no
   GeneratedKernel k;
   switch (*form) {
     case detail::Form::Unary:
-      k = elementwise(node, 1, absl::StrCat("    ", kGlsl.temp, " v = ", detail::unary_expr(kGlsl, node.attrs_as<UnaryAttrs>().fn, "a0"), ";\n"));
+      k = elementwise(
+          node, 1,
+          absl::StrCat("    ", kGlsl.temp, " v = ",
+                       detail::unary_expr(kGlsl, node.attrs_as<UnaryAttrs>().fn, "a0"), ";\n"));
       break;
     case detail::Form::Binary:
-      k = elementwise(node, 2, absl::StrCat("    ", kGlsl.temp, " v = ",
-                                            detail::binary_expr(kGlsl, node.attrs_as<BinaryAttrs>().fn, "a0", "a1"), ";\n"));
+      k = elementwise(
+          node, 2,
+          absl::StrCat("    ", kGlsl.temp, " v = ",
+                       detail::binary_expr(kGlsl, node.attrs_as<BinaryAttrs>().fn, "a0", "a1"),
+                       ";\n"));
       break;
     case detail::Form::Fused: {
       absl::StatusOr<std::string> body = detail::fused_body(kGlsl, node);
@@ -182,20 +198,28 @@ absl::StatusOr<GeneratedKernel> generate_glsl(const Graph& graph, const Node& no
       k = elementwise(node, node.inputs.size(), *body);
       break;
     }
-    case detail::Form::Dot: k = dot(node); break;
-    case detail::Form::Softmax: k = softmax(node); break;
-    case detail::Form::RmsNorm: k = rms_norm(node); break;
+    case detail::Form::Dot:
+      k = dot(node);
+      break;
+    case detail::Form::Softmax:
+      k = softmax(node);
+      break;
+    case detail::Form::RmsNorm:
+      k = rms_norm(node);
+      break;
   }
   detail::set_depth(graph, node, k);
   return k;
 }
 
-absl::Status append_glsl_params(const InputLayout& out, const Box& box, int64_t items, int64_t depth,
-                                std::span<const InputLayout> inputs, std::vector<int32_t>& params) {
+absl::Status append_glsl_params(const InputLayout& out, const Box& box, int64_t items,
+                                int64_t depth, std::span<const InputLayout> inputs,
+                                std::vector<int32_t>& params) {
   const size_t first = params.size();
   bool fits = true;
   auto put = [&](int64_t v) {
-    fits = fits && v >= std::numeric_limits<int32_t>::min() && v <= std::numeric_limits<int32_t>::max();
+    fits = fits && v >= std::numeric_limits<int32_t>::min() &&
+           v <= std::numeric_limits<int32_t>::max();
     params.push_back(static_cast<int32_t>(v));
   };
   put(items);
@@ -211,7 +235,8 @@ absl::Status append_glsl_params(const InputLayout& out, const Box& box, int64_t 
   }
   if (fits) return absl::OkStatus();
   params.resize(first);
-  return absl::OutOfRangeError("[gpu] a GLSL kernel parameter (offset, stride or size) does not fit 32 bits");
+  return absl::OutOfRangeError(
+      "[gpu] a GLSL kernel parameter (offset, stride or size) does not fit 32 bits");
 }
 
 }  // namespace tessera::gpu

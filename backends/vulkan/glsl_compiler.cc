@@ -12,7 +12,8 @@ namespace tessera::vulkan {
 
 absl::StatusOr<std::vector<uint32_t>> compile_glsl(const std::string& source) {
   static std::once_flag once;
-  std::call_once(once, [] { glslang_initialize_process(); });  // never finalized: the plugin stays loaded
+  std::call_once(once,
+                 [] { glslang_initialize_process(); });  // never finalized: the plugin stays loaded
   glslang_input_t input{};
   input.language = GLSLANG_SOURCE_GLSL;
   input.stage = GLSLANG_STAGE_COMPUTE;
@@ -23,16 +24,22 @@ absl::StatusOr<std::vector<uint32_t>> compile_glsl(const std::string& source) {
   input.code = source.c_str();
   input.default_version = 450;
   input.default_profile = GLSLANG_NO_PROFILE;
-  input.messages = static_cast<glslang_messages_t>(GLSLANG_MSG_SPV_RULES_BIT | GLSLANG_MSG_VULKAN_RULES_BIT);
+  input.messages =
+      static_cast<glslang_messages_t>(GLSLANG_MSG_SPV_RULES_BIT | GLSLANG_MSG_VULKAN_RULES_BIT);
   input.resource = glslang_default_resource();
-  std::unique_ptr<glslang_shader_t, void (*)(glslang_shader_t*)> shader(glslang_shader_create(&input), glslang_shader_delete);
+  std::unique_ptr<glslang_shader_t, void (*)(glslang_shader_t*)> shader(
+      glslang_shader_create(&input), glslang_shader_delete);
   if (shader == nullptr) return absl::InternalError("[vulkan] glslang could not create a shader");
-  if (!glslang_shader_preprocess(shader.get(), &input) || !glslang_shader_parse(shader.get(), &input))
-    return absl::InternalError(absl::StrCat("[vulkan] GLSL compile failed: ", glslang_shader_get_info_log(shader.get())));
-  std::unique_ptr<glslang_program_t, void (*)(glslang_program_t*)> program(glslang_program_create(), glslang_program_delete);
+  if (!glslang_shader_preprocess(shader.get(), &input) ||
+      !glslang_shader_parse(shader.get(), &input))
+    return absl::InternalError(
+        absl::StrCat("[vulkan] GLSL compile failed: ", glslang_shader_get_info_log(shader.get())));
+  std::unique_ptr<glslang_program_t, void (*)(glslang_program_t*)> program(glslang_program_create(),
+                                                                           glslang_program_delete);
   glslang_program_add_shader(program.get(), shader.get());
   if (!glslang_program_link(program.get(), input.messages))
-    return absl::InternalError(absl::StrCat("[vulkan] GLSL link failed: ", glslang_program_get_info_log(program.get())));
+    return absl::InternalError(
+        absl::StrCat("[vulkan] GLSL link failed: ", glslang_program_get_info_log(program.get())));
   glslang_program_SPIRV_generate(program.get(), GLSLANG_STAGE_COMPUTE);
   const size_t words = glslang_program_SPIRV_get_size(program.get());
   if (words == 0) return absl::InternalError("[vulkan] glslang produced no SPIR-V");

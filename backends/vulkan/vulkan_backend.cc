@@ -100,7 +100,8 @@ class VulkanBackend final : public Backend {
   absl::Status supports(const Graph& graph, const Node& node) const override {
     // Offsets in the shaders are int32: larger tensors stay on the host.
     constexpr int64_t kMaxElements = int64_t{1} << 31;
-    if (shape_volume(node.shape) >= kMaxElements) return absl::UnimplementedError("[vulkan] tensor of 2^31 elements or more");
+    if (shape_volume(node.shape) >= kMaxElements)
+      return absl::UnimplementedError("[vulkan] tensor of 2^31 elements or more");
     for (NodeId in : node.inputs)
       if (shape_volume(graph.node(in).shape) >= kMaxElements)
         return absl::UnimplementedError("[vulkan] input of 2^31 elements or more");
@@ -109,7 +110,8 @@ class VulkanBackend final : public Backend {
 
   absl::StatusOr<BufferHandle> allocate(int64_t size_bytes) override {
     if (size_bytes < 0 || size_bytes >= (int64_t{1} << kAddressBits))
-      return absl::InvalidArgumentError(absl::StrCat("[vulkan] allocate of ", size_bytes, " bytes"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("[vulkan] allocate of ", size_bytes, " bytes"));
     absl::StatusOr<DeviceBuffer> b = device_.make_buffer(size_bytes);
     if (!b.ok()) return b.status();
     const uint64_t base = (next_++) << kAddressBits;
@@ -132,23 +134,27 @@ class VulkanBackend final : public Backend {
     return copy(region, box, host, /*in=*/false);
   }
 
-  absl::StatusOr<std::unique_ptr<PreparedPlan>> prepare(const Graph& graph, const Plan& plan) override {
+  absl::StatusOr<std::unique_ptr<PreparedPlan>> prepare(const Graph& graph,
+                                                        const Plan& plan) override {
     auto prepared = std::make_unique<VkPreparedPlan>();
     for (const PlanStep& ps : plan.steps) {
-      if (ps.node < 0 || ps.node >= graph.size()) return absl::InvalidArgumentError("[vulkan] plan of another graph");
+      if (ps.node < 0 || ps.node >= graph.size())
+        return absl::InvalidArgumentError("[vulkan] plan of another graph");
       const Node& node = graph.node(ps.node);
       if (absl::Status st = supports(graph, node); !st.ok()) return st;
       absl::StatusOr<gpu::GeneratedKernel> code = gpu::generate_glsl(graph, node);
       if (!code.ok()) return code.status();
       const uint32_t bindings = static_cast<uint32_t>(2 + node.inputs.size());
-      absl::StatusOr<const vulkan::Pipeline*> pipeline = device_.pipeline(code->source, bindings, stats_);
+      absl::StatusOr<const vulkan::Pipeline*> pipeline =
+          device_.pipeline(code->source, bindings, stats_);
       if (!pipeline.ok()) return pipeline.status();
       prepared->steps.push_back(VkStep{*pipeline, std::move(*code), &node});
     }
     return std::unique_ptr<PreparedPlan>(std::move(prepared));
   }
 
-  absl::Status run(const PreparedPlan& prepared, std::span<const StepLaunch> launches, std::span<std::byte>) override;
+  absl::Status run(const PreparedPlan& prepared, std::span<const StepLaunch> launches,
+                   std::span<std::byte>) override;
 
   absl::Status synchronize() override { return wait(); }
 
@@ -167,7 +173,8 @@ class VulkanBackend final : public Backend {
     const uint64_t address = reinterpret_cast<uint64_t>(data);
     auto it = buffers_.find(address >> kAddressBits << kAddressBits);
     if (it == buffers_.end())
-      return absl::InvalidArgumentError(absl::StrCat("[vulkan] 0x", absl::Hex(address), " is not device memory of this backend"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("[vulkan] 0x", absl::Hex(address), " is not device memory of this backend"));
     return std::make_pair(&it->second, static_cast<int64_t>(address - it->first));
   }
 
@@ -175,7 +182,8 @@ class VulkanBackend final : public Backend {
   // The binding of the window of its buffer that `view` spans, and the element offset of the
   // view's data inside that window.
   absl::StatusOr<std::pair<Binding, int64_t>> window(const TensorView& view);
-  absl::StatusOr<Recorded> resolve_launch(const VkStep& step, const StepLaunch& launch, std::vector<int32_t>& params);
+  absl::StatusOr<Recorded> resolve_launch(const VkStep& step, const StepLaunch& launch,
+                                          std::vector<int32_t>& params);
   absl::Status submit(std::vector<Recorded>& recorded, const std::vector<int32_t>& params);
   absl::Status reserve(size_t sets, size_t descriptors, size_t param_bytes);
 
@@ -194,12 +202,15 @@ class VulkanBackend final : public Backend {
 // Box copies as runs of contiguous bytes: the innermost axes the box covers whole merge.
 absl::Status VulkanBackend::copy(const BufferRegion& region, const Box& box, void* host, bool in) {
   auto it = buffers_.find(region.buffer.id);
-  if (it == buffers_.end()) return absl::InvalidArgumentError("[vulkan] copy with an unknown buffer");
+  if (it == buffers_.end())
+    return absl::InvalidArgumentError("[vulkan] copy with an unknown buffer");
   if (box.rank() != region.extent.rank() || !region.extent.contains(box))
-    return absl::InvalidArgumentError(
-        absl::StrCat("[vulkan] copy of box ", box.to_string(), " outside the region ", region.extent.to_string()));
+    return absl::InvalidArgumentError(absl::StrCat("[vulkan] copy of box ", box.to_string(),
+                                                   " outside the region ",
+                                                   region.extent.to_string()));
   const int64_t size = dtype_size(region.dtype);
-  if (region.offset_bytes < 0 || region.offset_bytes + region.extent.volume() * size > it->second.bytes)
+  if (region.offset_bytes < 0 ||
+      region.offset_bytes + region.extent.volume() * size > it->second.bytes)
     return absl::InvalidArgumentError("[vulkan] copy region past the end of its buffer");
   if (box.empty()) return absl::OkStatus();
   if (absl::Status st = wait(); !st.ok()) return st;  // copies take effect in call order
@@ -210,7 +221,8 @@ absl::Status VulkanBackend::copy(const BufferRegion& region, const Box& box, voi
   for (int d = inner; d < rank; ++d) run *= box.extent(d);
   std::array<int64_t, kMaxRank> strides{};  // row-major strides of the region, in elements
   int64_t s = 1;
-  for (int d = rank - 1; d >= 0; --d) strides[static_cast<size_t>(d)] = s, s *= region.extent.extent(d);
+  for (int d = rank - 1; d >= 0; --d)
+    strides[static_cast<size_t>(d)] = s, s *= region.extent.extent(d);
   const int64_t runs = rank == 0 ? 1 : box.volume() / run;
   std::array<int64_t, kMaxRank> idx{};
   auto* bytes = static_cast<std::byte*>(host);
@@ -237,7 +249,8 @@ absl::StatusOr<std::pair<Binding, int64_t>> VulkanBackend::window(const TensorVi
   if (!r.ok()) return r.status();
   const DeviceBuffer& buffer = *r->first;
   const int64_t esize = dtype_size(view.dtype);
-  if (r->second % esize != 0) return absl::InvalidArgumentError("[vulkan] view not aligned to its element size");
+  if (r->second % esize != 0)
+    return absl::InvalidArgumentError("[vulkan] view not aligned to its element size");
   const int64_t at = r->second / esize;
   int64_t lo = at, hi = at;  // the elements the view spans
   bool empty = false;
@@ -255,21 +268,25 @@ absl::StatusOr<std::pair<Binding, int64_t>> VulkanBackend::window(const TensorVi
   }
   if (lo < 0 || (hi + 1) * esize > buffer.capacity)
     return absl::InvalidArgumentError("[vulkan] view outside its buffer");
-  const int64_t align = static_cast<int64_t>(std::max<VkDeviceSize>(device_.limits().minStorageBufferOffsetAlignment, 4));
+  const int64_t align = static_cast<int64_t>(
+      std::max<VkDeviceSize>(device_.limits().minStorageBufferOffsetAlignment, 4));
   const int64_t begin = lo * esize / align * align;
   const int64_t range = (hi + 1) * esize - begin;
   if (range > static_cast<int64_t>(device_.limits().maxStorageBufferRange))
-    return absl::OutOfRangeError(absl::StrCat("[vulkan] a view spans ", range, " bytes; the device binds at most ",
+    return absl::OutOfRangeError(absl::StrCat("[vulkan] a view spans ", range,
+                                              " bytes; the device binds at most ",
                                               device_.limits().maxStorageBufferRange));
   b.offset = static_cast<VkDeviceSize>(begin);
   b.range = static_cast<VkDeviceSize>(range);
   return std::make_pair(b, at - begin / esize);
 }
 
-absl::StatusOr<Recorded> VulkanBackend::resolve_launch(const VkStep& step, const StepLaunch& launch, std::vector<int32_t>& params) {
+absl::StatusOr<Recorded> VulkanBackend::resolve_launch(const VkStep& step, const StepLaunch& launch,
+                                                       std::vector<int32_t>& params) {
   if (launch.inputs.size() != step.node->inputs.size())
-    return absl::InvalidArgumentError(absl::StrCat("[vulkan] ", op_display_name(*step.node), " launched with ",
-                                                   launch.inputs.size(), " inputs"));
+    return absl::InvalidArgumentError(absl::StrCat("[vulkan] ", op_display_name(*step.node),
+                                                   " launched with ", launch.inputs.size(),
+                                                   " inputs"));
   Recorded rec;
   rec.pipeline = step.pipeline;
   rec.bindings.push_back(Binding{});  // the parameters, filled at submit
@@ -282,16 +299,20 @@ absl::StatusOr<Recorded> VulkanBackend::resolve_launch(const VkStep& step, const
     absl::StatusOr<std::pair<Binding, int64_t>> in = window(launch.inputs[i]);
     if (!in.ok()) return in.status();
     rec.bindings.push_back(in->first);
-    inputs.push_back(gpu::input_layout(*step.node, static_cast<int>(i), launch.inputs[i], in->second, step.code.rank));
+    inputs.push_back(gpu::input_layout(*step.node, static_cast<int>(i), launch.inputs[i],
+                                       in->second, step.code.rank));
   }
   const uint64_t max_groups = device_.limits().maxComputeWorkGroupCount[0];
   for (const Box& box : launch.boxes) {
     const int64_t items = gpu::work_items(step.code, box);
     if (items == 0) continue;
     const int32_t first = static_cast<int32_t>(params.size());
-    if (absl::Status st = gpu::append_glsl_params(ol, box, items, step.code.depth, inputs, params); !st.ok())
-      return absl::OutOfRangeError(absl::StrCat("[vulkan] ", op_display_name(*step.node), ": ", st.message()));
-    const uint64_t groups = std::min<uint64_t>((static_cast<uint64_t>(items) + gpu::kGlslLocalSize - 1) / gpu::kGlslLocalSize, max_groups);
+    if (absl::Status st = gpu::append_glsl_params(ol, box, items, step.code.depth, inputs, params);
+        !st.ok())
+      return absl::OutOfRangeError(
+          absl::StrCat("[vulkan] ", op_display_name(*step.node), ": ", st.message()));
+    const uint64_t groups = std::min<uint64_t>(
+        (static_cast<uint64_t>(items) + gpu::kGlslLocalSize - 1) / gpu::kGlslLocalSize, max_groups);
     rec.dispatches.emplace_back(first, static_cast<uint32_t>(groups));
   }
   return rec;
@@ -304,7 +325,8 @@ absl::Status VulkanBackend::reserve(size_t sets, size_t descriptors, size_t para
     pool_ = VK_NULL_HANDLE;
     pool_sets_ = std::max(sets, 2 * pool_sets_);
     pool_descriptors_ = std::max(descriptors, 2 * pool_descriptors_);
-    VkDescriptorPoolSize size{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, static_cast<uint32_t>(pool_descriptors_)};
+    VkDescriptorPoolSize size{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                              static_cast<uint32_t>(pool_descriptors_)};
     VkDescriptorPoolCreateInfo info{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
     info.maxSets = static_cast<uint32_t>(pool_sets_);
     info.poolSizeCount = 1;
@@ -316,7 +338,8 @@ absl::Status VulkanBackend::reserve(size_t sets, size_t descriptors, size_t para
   }
   if (static_cast<int64_t>(param_bytes) > params_.bytes) {
     device_.destroy(params_);
-    absl::StatusOr<DeviceBuffer> b = device_.make_buffer(std::max<int64_t>(static_cast<int64_t>(param_bytes), 2 * params_.bytes));
+    absl::StatusOr<DeviceBuffer> b = device_.make_buffer(
+        std::max<int64_t>(static_cast<int64_t>(param_bytes), 2 * params_.bytes));
     if (!b.ok()) return b.status();
     params_ = *b;
   }
@@ -324,7 +347,8 @@ absl::Status VulkanBackend::reserve(size_t sets, size_t descriptors, size_t para
 }
 
 // Records the resolved launches into the command buffer and submits it (the queue is idle).
-absl::Status VulkanBackend::submit(std::vector<Recorded>& recorded, const std::vector<int32_t>& params) {
+absl::Status VulkanBackend::submit(std::vector<Recorded>& recorded,
+                                   const std::vector<int32_t>& params) {
   if (recorded.empty()) return absl::OkStatus();
   size_t descriptors = 0;
   for (const Recorded& rec : recorded) descriptors += rec.bindings.size();
@@ -345,7 +369,8 @@ absl::Status VulkanBackend::submit(std::vector<Recorded>& recorded, const std::v
     std::vector<VkDescriptorBufferInfo> infos(rec.bindings.size());
     std::vector<VkWriteDescriptorSet> writes(rec.bindings.size());
     for (size_t b = 0; b < rec.bindings.size(); ++b) {
-      infos[b] = VkDescriptorBufferInfo{rec.bindings[b].vk, rec.bindings[b].offset, rec.bindings[b].range};
+      infos[b] =
+          VkDescriptorBufferInfo{rec.bindings[b].vk, rec.bindings[b].offset, rec.bindings[b].range};
       writes[b] = VkWriteDescriptorSet{VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
       writes[b].dstSet = sets[i];
       writes[b].dstBinding = static_cast<uint32_t>(b);
@@ -358,25 +383,32 @@ absl::Status VulkanBackend::submit(std::vector<Recorded>& recorded, const std::v
   vkResetCommandBuffer(command_, 0);
   VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
   begin.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
-  if (VkResult r = vkBeginCommandBuffer(command_, &begin); r != VK_SUCCESS) return absl::InternalError(vk_error("vkBeginCommandBuffer", r));
+  if (VkResult r = vkBeginCommandBuffer(command_, &begin); r != VK_SUCCESS)
+    return absl::InternalError(vk_error("vkBeginCommandBuffer", r));
   auto barrier = [&](VkPipelineStageFlags dst_stage, VkAccessFlags dst_access) {
     VkMemoryBarrier m{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
     m.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
     m.dstAccessMask = dst_access;
-    vkCmdPipelineBarrier(command_, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, dst_stage, 0, 1, &m, 0, nullptr, 0, nullptr);
+    vkCmdPipelineBarrier(command_, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, dst_stage, 0, 1, &m, 0,
+                         nullptr, 0, nullptr);
   };
   for (size_t i = 0; i < recorded.size(); ++i) {
     const Recorded& rec = recorded[i];
-    if (rec.barrier) barrier(VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
+    if (rec.barrier)
+      barrier(VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+              VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
     vkCmdBindPipeline(command_, VK_PIPELINE_BIND_POINT_COMPUTE, rec.pipeline->pipeline);
-    vkCmdBindDescriptorSets(command_, VK_PIPELINE_BIND_POINT_COMPUTE, rec.pipeline->layout, 0, 1, &sets[i], 0, nullptr);
+    vkCmdBindDescriptorSets(command_, VK_PIPELINE_BIND_POINT_COMPUTE, rec.pipeline->layout, 0, 1,
+                            &sets[i], 0, nullptr);
     for (const auto& [first, groups] : rec.dispatches) {
-      vkCmdPushConstants(command_, rec.pipeline->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof(int32_t), &first);
+      vkCmdPushConstants(command_, rec.pipeline->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0,
+                         sizeof(int32_t), &first);
       vkCmdDispatch(command_, groups, 1, 1);
     }
   }
   barrier(VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);  // copy_out reads the mapped memory
-  if (VkResult r = vkEndCommandBuffer(command_); r != VK_SUCCESS) return absl::InternalError(vk_error("vkEndCommandBuffer", r));
+  if (VkResult r = vkEndCommandBuffer(command_); r != VK_SUCCESS)
+    return absl::InternalError(vk_error("vkEndCommandBuffer", r));
   VkSubmitInfo submit{VK_STRUCTURE_TYPE_SUBMIT_INFO};
   submit.commandBufferCount = 1;
   submit.pCommandBuffers = &command_;
@@ -386,26 +418,32 @@ absl::Status VulkanBackend::submit(std::vector<Recorded>& recorded, const std::v
   return absl::OkStatus();
 }
 
-absl::Status VulkanBackend::run(const PreparedPlan& prepared, std::span<const StepLaunch> launches, std::span<std::byte>) {
+absl::Status VulkanBackend::run(const PreparedPlan& prepared, std::span<const StepLaunch> launches,
+                                std::span<std::byte>) {
   const auto* plan = dynamic_cast<const VkPreparedPlan*>(&prepared);
-  if (plan == nullptr) return absl::InvalidArgumentError("[vulkan] plan prepared by another backend");
+  if (plan == nullptr)
+    return absl::InvalidArgumentError("[vulkan] plan prepared by another backend");
   last_failed_step_ = -1;
-  if (absl::Status st = wait(); !st.ok()) return st;  // the command buffer, pool and parameters are reused
+  if (absl::Status st = wait(); !st.ok())
+    return st;  // the command buffer, pool and parameters are reused
   std::vector<Recorded> recorded;
   std::vector<int32_t> params;
   absl::flat_hash_set<uint64_t> read, written;  // buffers touched since the last barrier
   absl::Status failed;
   for (const StepLaunch& launch : launches) {
     if (launch.step < 0 || static_cast<size_t>(launch.step) >= plan->steps.size()) {
-      failed = absl::InvalidArgumentError(absl::StrCat("[vulkan] step ", launch.step, " not in the plan"));
+      failed = absl::InvalidArgumentError(
+          absl::StrCat("[vulkan] step ", launch.step, " not in the plan"));
     } else {
-      absl::StatusOr<Recorded> rec = resolve_launch(plan->steps[static_cast<size_t>(launch.step)], launch, params);
+      absl::StatusOr<Recorded> rec =
+          resolve_launch(plan->steps[static_cast<size_t>(launch.step)], launch, params);
       if (!rec.ok()) {
         failed = rec.status();
       } else if (!rec->dispatches.empty()) {
         const uint64_t out = rec->bindings[1].buffer;
         bool hazard = written.contains(out) || read.contains(out);
-        for (size_t b = 2; b < rec->bindings.size(); ++b) hazard = hazard || written.contains(rec->bindings[b].buffer);
+        for (size_t b = 2; b < rec->bindings.size(); ++b)
+          hazard = hazard || written.contains(rec->bindings[b].buffer);
         if (hazard) read.clear(), written.clear();
         rec->barrier = hazard;
         for (size_t b = 2; b < rec->bindings.size(); ++b) read.insert(rec->bindings[b].buffer);
@@ -448,6 +486,7 @@ const TesseraBackendPlugin kPlugin = {TESSERA_BACKEND_ABI_VERSION, "vulkan", &cr
 }  // namespace
 }  // namespace tessera
 
-extern "C" __attribute__((visibility("default"))) const TesseraBackendPlugin* tessera_backend_plugin(void) {
+extern "C" __attribute__((visibility("default"))) const TesseraBackendPlugin*
+tessera_backend_plugin(void) {
   return &tessera::kPlugin;
 }

@@ -18,7 +18,8 @@ std::string vk_error(const char* what, VkResult result) {
 }
 
 std::filesystem::path cache_dir() {
-  if (const char* dir = std::getenv("TESSERA_CACHE_DIR"); dir != nullptr && *dir) return std::filesystem::path(dir) / "vulkan";
+  if (const char* dir = std::getenv("TESSERA_CACHE_DIR"); dir != nullptr && *dir)
+    return std::filesystem::path(dir) / "vulkan";
   if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg)
     return std::filesystem::path(xdg) / "tessera" / "vulkan";
   if (const char* home = std::getenv("HOME"); home != nullptr && *home)
@@ -48,7 +49,8 @@ void write_spirv(const std::filesystem::path& file, const std::vector<uint32_t>&
   {
     std::ofstream f(tmp, std::ios::binary);
     if (!f) return;
-    f.write(reinterpret_cast<const char*>(words.data()), static_cast<std::streamsize>(words.size() * 4));
+    f.write(reinterpret_cast<const char*>(words.data()),
+            static_cast<std::streamsize>(words.size() * 4));
     if (!f) return;
   }
   std::filesystem::rename(tmp, file, ec);
@@ -100,11 +102,14 @@ absl::Status Device::open() {
         break;
       }
   }
-  if (compute.empty()) return absl::UnavailableError("[vulkan] no Vulkan device with a compute queue");
+  if (compute.empty())
+    return absl::UnavailableError("[vulkan] no Vulkan device with a compute queue");
   size_t pick = 0;
-  if (const char* env = std::getenv("TESSERA_VULKAN_DEVICE")) pick = static_cast<size_t>(std::atoi(env));
+  if (const char* env = std::getenv("TESSERA_VULKAN_DEVICE"))
+    pick = static_cast<size_t>(std::atoi(env));
   if (pick >= compute.size())
-    return absl::UnavailableError(absl::StrCat("[vulkan] TESSERA_VULKAN_DEVICE=", pick, " but only ", compute.size(), " devices"));
+    return absl::UnavailableError(absl::StrCat("[vulkan] TESSERA_VULKAN_DEVICE=", pick,
+                                               " but only ", compute.size(), " devices"));
   physical_ = compute[pick].first;
   queue_family_ = compute[pick].second;
 
@@ -113,28 +118,33 @@ absl::Status Device::open() {
   limits_ = props.limits;
   std::string driver = absl::StrCat("driver ", props.driverVersion);
   if (app.apiVersion >= VK_API_VERSION_1_2 && props.apiVersion >= VK_API_VERSION_1_2) {
-    VkPhysicalDeviceDriverProperties driver_props{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES};
+    VkPhysicalDeviceDriverProperties driver_props{
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES};
     VkPhysicalDeviceProperties2 props2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
     props2.pNext = &driver_props;
     vkGetPhysicalDeviceProperties2(physical_, &props2);
     driver = absl::StrCat(driver_props.driverName, " ", driver_props.driverInfo);
   }
   description_ = absl::StrCat("vulkan: ", props.deviceName, " (", driver, ")");
-  cache_key_ = absl::StrCat(props.deviceName, " ", props.vendorID, ":", props.deviceID, " ", props.driverVersion, " ", driver);
+  cache_key_ = absl::StrCat(props.deviceName, " ", props.vendorID, ":", props.deviceID, " ",
+                            props.driverVersion, " ", driver);
 
   // Host-visible coherent memory, device-local too where there is such (unified memory, BAR).
   VkPhysicalDeviceMemoryProperties memory{};
   vkGetPhysicalDeviceMemoryProperties(physical_, &memory);
-  const VkMemoryPropertyFlags host = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+  const VkMemoryPropertyFlags host =
+      VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
   int best = -1;
   for (uint32_t t = 0; t < memory.memoryTypeCount; ++t) {
     const VkMemoryPropertyFlags f = memory.memoryTypes[t].propertyFlags;
     if ((f & host) != host) continue;
-    if (best < 0 || ((f & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT) &&
-                     !(memory.memoryTypes[best].propertyFlags & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT)))
+    if (best < 0 ||
+        ((f & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT) &&
+         !(memory.memoryTypes[best].propertyFlags & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT)))
       best = static_cast<int>(t);
   }
-  if (best < 0) return absl::UnavailableError("[vulkan] the device has no host-visible coherent memory");
+  if (best < 0)
+    return absl::UnavailableError("[vulkan] the device has no host-visible coherent memory");
   memory_type_ = static_cast<uint32_t>(best);
 
   const float priority = 1.0f;
@@ -157,7 +167,8 @@ absl::StatusOr<DeviceBuffer> Device::make_buffer(int64_t bytes) {
   b.capacity = std::max<int64_t>((bytes + 3) / 4 * 4, 4);
   VkBufferCreateInfo info{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
   info.size = static_cast<VkDeviceSize>(b.capacity);
-  info.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+  info.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+               VK_BUFFER_USAGE_TRANSFER_DST_BIT;
   info.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
   if (VkResult r = vkCreateBuffer(device_, &info, nullptr, &b.buffer); r != VK_SUCCESS)
     return absl::ResourceExhaustedError(vk_error("vkCreateBuffer", r));
@@ -165,7 +176,8 @@ absl::StatusOr<DeviceBuffer> Device::make_buffer(int64_t bytes) {
   vkGetBufferMemoryRequirements(device_, b.buffer, &req);
   if (!(req.memoryTypeBits & (1u << memory_type_))) {
     destroy(b);
-    return absl::ResourceExhaustedError("[vulkan] buffers cannot live in host-visible memory on this device");
+    return absl::ResourceExhaustedError(
+        "[vulkan] buffers cannot live in host-visible memory on this device");
   }
   VkMemoryAllocateInfo alloc{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO};
   alloc.allocationSize = req.size;
@@ -188,7 +200,8 @@ void Device::destroy(DeviceBuffer& b) {
   b = DeviceBuffer{};
 }
 
-absl::StatusOr<std::pair<VkDescriptorSetLayout, VkPipelineLayout>> Device::layouts(uint32_t bindings) {
+absl::StatusOr<std::pair<VkDescriptorSetLayout, VkPipelineLayout>> Device::layouts(
+    uint32_t bindings) {
   if (auto it = layouts_.find(bindings); it != layouts_.end()) return it->second;
   std::vector<VkDescriptorSetLayoutBinding> list(bindings);
   for (uint32_t i = 0; i < bindings; ++i) {
@@ -217,7 +230,8 @@ absl::StatusOr<std::pair<VkDescriptorSetLayout, VkPipelineLayout>> Device::layou
   return layouts_[bindings] = {set, layout};
 }
 
-absl::StatusOr<Pipeline> Device::make_pipeline(const std::vector<uint32_t>& spirv, uint32_t bindings) {
+absl::StatusOr<Pipeline> Device::make_pipeline(const std::vector<uint32_t>& spirv,
+                                               uint32_t bindings) {
   absl::StatusOr<std::pair<VkDescriptorSetLayout, VkPipelineLayout>> l = layouts(bindings);
   if (!l.ok()) return l.status();
   Pipeline p;
@@ -235,16 +249,20 @@ absl::StatusOr<Pipeline> Device::make_pipeline(const std::vector<uint32_t>& spir
   info.stage.module = p.module;
   info.stage.pName = "main";
   info.layout = p.layout;
-  if (VkResult r = vkCreateComputePipelines(device_, VK_NULL_HANDLE, 1, &info, nullptr, &p.pipeline); r != VK_SUCCESS) {
+  if (VkResult r =
+          vkCreateComputePipelines(device_, VK_NULL_HANDLE, 1, &info, nullptr, &p.pipeline);
+      r != VK_SUCCESS) {
     vkDestroyShaderModule(device_, p.module, nullptr);
     return absl::InternalError(vk_error("vkCreateComputePipelines", r));
   }
   return p;
 }
 
-absl::StatusOr<const Pipeline*> Device::pipeline(const std::string& glsl, uint32_t bindings, BackendStats& stats) {
+absl::StatusOr<const Pipeline*> Device::pipeline(const std::string& glsl, uint32_t bindings,
+                                                 BackendStats& stats) {
   if (bindings > limits_.maxPerStageDescriptorStorageBuffers)
-    return absl::UnimplementedError(absl::StrCat("[vulkan] a kernel with ", bindings, " buffers (the device binds ",
+    return absl::UnimplementedError(absl::StrCat("[vulkan] a kernel with ", bindings,
+                                                 " buffers (the device binds ",
                                                  limits_.maxPerStageDescriptorStorageBuffers, ")"));
   const std::string key = absl::StrCat(glsl, "\n// ", cache_key_);
   const uint64_t hash = XXH3_64bits(key.data(), key.size());
@@ -252,7 +270,8 @@ absl::StatusOr<const Pipeline*> Device::pipeline(const std::string& glsl, uint32
     stats.kernels_reused += 1;
     return &it->second;
   }
-  const std::filesystem::path file = cache_dir() / absl::StrCat(absl::Hex(hash, absl::kZeroPad16), ".spv");
+  const std::filesystem::path file =
+      cache_dir() / absl::StrCat(absl::Hex(hash, absl::kZeroPad16), ".spv");
   if (std::vector<uint32_t> spirv = read_spirv(file); !spirv.empty()) {
     if (absl::StatusOr<Pipeline> p = make_pipeline(spirv, bindings); p.ok()) {
       stats.kernels_loaded += 1;

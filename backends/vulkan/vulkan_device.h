@@ -30,7 +30,7 @@ struct DeviceBuffer {
 struct Pipeline {
   VkShaderModule module = VK_NULL_HANDLE;
   VkPipeline pipeline = VK_NULL_HANDLE;
-  VkPipelineLayout layout = VK_NULL_HANDLE;      // owned by the device (one per binding count)
+  VkPipelineLayout layout = VK_NULL_HANDLE;  // owned by the device (one per binding count)
   VkDescriptorSetLayout set_layout = VK_NULL_HANDLE;
   uint32_t bindings = 0;
 };
@@ -57,7 +57,8 @@ class Device {
 
   // The pipeline of a GLSL compute shader with `bindings` storage buffers: from memory, else
   // from SPIR-V on disk, else compiled (and stored); counts that in `stats`.
-  absl::StatusOr<const Pipeline*> pipeline(const std::string& glsl, uint32_t bindings, BackendStats& stats);
+  absl::StatusOr<const Pipeline*> pipeline(const std::string& glsl, uint32_t bindings,
+                                           BackendStats& stats);
 
  private:
   absl::StatusOr<std::pair<VkDescriptorSetLayout, VkPipelineLayout>> layouts(uint32_t bindings);
