@@ -16,7 +16,8 @@ using detail::kGlsl;
 using detail::literal;
 
 // Buffers, the push constant and helpers: erf (Abramowitz-Stegun 7.1.26, |error| < 1.5e-7;
-// GLSL has none), pow with the C meaning for negative bases and zero, index decoding, addressing.
+// GLSL has none), pow with C's special cases (GLSL leaves negative bases, zeros, infinities and
+// NaN undefined), index decoding, addressing.
 std::string preamble(int rank, size_t inputs) {
   std::string s = absl::StrCat(
       "#version 450\n"
@@ -42,12 +43,18 @@ std::string preamble(int rank, size_t inputs) {
       "  return x < 0.0f ? -y : y;\n"
       "}\n"
       "float tessera_pow(float a, float b) {\n"
-      "  if (b == 0.0f) return 1.0f;\n"
-      "  if (a == 0.0f) return b > 0.0f ? 0.0f : INFINITY;\n"
-      "  if (a > 0.0f || isnan(a) || isnan(b)) return pow(a, b);\n"
+      "  if (b == 0.0f || a == 1.0f) return 1.0f;\n"
+      "  if (isnan(a) || isnan(b)) return NAN;\n"
+      "  const bool odd = b == floor(b) && mod(b, 2.0f) == 1.0f;\n"
+      "  if (a == 0.0f) return b > 0.0f ? (odd ? a : 0.0f) : (odd ? 1.0f / a : INFINITY);\n"
+      "  if (isinf(b)) return abs(a) == 1.0f ? 1.0f : ((abs(a) > 1.0f) == (b > 0.0f) ? INFINITY : 0.0f);\n"
+      "  if (isinf(a)) {\n"
+      "    const float m = b > 0.0f ? INFINITY : 0.0f;\n"
+      "    return a < 0.0f && odd ? -m : m;\n"
+      "  }\n"
+      "  if (a > 0.0f) return pow(a, b);\n"
       "  if (b != floor(b)) return NAN;\n"
-      "  const float r = pow(-a, b);\n"
-      "  return mod(b, 2.0f) == 1.0f ? -r : r;\n"
+      "  return odd ? -pow(-a, b) : pow(-a, b);\n"
       "}\n"
       "int at(int base, int st[8], int idx[8]) {\n"
       "  int o = base;\n"

@@ -16,6 +16,7 @@
 #include <exception>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -122,7 +123,8 @@ class VulkanBackend final : public Backend {
   void free(BufferHandle buffer) override {
     auto it = buffers_.find(buffer.id);
     if (it == buffers_.end()) return;
-    (void)wait();  // the queue may still use it; an error stays for synchronize()
+    // The queue may still use it; an error of that work is kept for synchronize().
+    if (absl::Status st = wait(); !st.ok() && deferred_.ok()) deferred_ = st;
     device_.destroy(it->second);
     buffers_.erase(it);
   }
@@ -156,7 +158,11 @@ class VulkanBackend final : public Backend {
   absl::Status run(const PreparedPlan& prepared, std::span<const StepLaunch> launches,
                    std::span<std::byte>) override;
 
-  absl::Status synchronize() override { return wait(); }
+  absl::Status synchronize() override {
+    absl::Status st = wait();
+    if (!deferred_.ok()) st = std::exchange(deferred_, absl::OkStatus());
+    return st;
+  }
 
  private:
   // Waits for the submitted command buffer, if any; its error (once).
@@ -192,6 +198,7 @@ class VulkanBackend final : public Backend {
   VkCommandBuffer command_ = VK_NULL_HANDLE;
   VkFence fence_ = VK_NULL_HANDLE;
   bool in_flight_ = false;
+  absl::Status deferred_;  // an error of earlier work found by free()
   VkDescriptorPool pool_ = VK_NULL_HANDLE;
   size_t pool_sets_ = 0, pool_descriptors_ = 0;
   DeviceBuffer params_;

@@ -144,6 +144,35 @@ TEST_CASE("vulkan: conformance sweep against the reference kernels") {
   check_op({{3, 33}, {33}}, [](std::vector<Tensor>& in) { return rms_norm(in[0], in[1], 1e-6); }, 1e-5, rng);
 }
 
+TEST_CASE("vulkan: NaN and infinities follow the reference (minimum, maximum, pow, erf)") {
+  Env env;
+  if (vulkan() == nullptr) return;
+  const float nan = std::nanf(""), inf = INFINITY;
+  const std::vector<float> a = {nan, 1.0f, -2.0f, 0.0f, -0.5f, 3.0f, inf, -inf, -inf, -0.0f, 0.5f, -1.0f};
+  const std::vector<float> b = {1.0f, nan, 3.0f, -1.0f, 2.0f, 0.0f, 2.0f, 0.5f, -3.0f, -3.0f, -inf, inf};
+  Graph g;
+  Tensor x = g.input("a", {12}, DType::F32), y = g.input("b", {12}, DType::F32);
+  g.output("min", binary(BinaryFn::Minimum, x, y));
+  g.output("max", binary(BinaryFn::Maximum, x, y));
+  g.output("pow", binary(BinaryFn::Pow, x, y));
+  g.output("erf", unary(UnaryFn::Erf, x));
+  GraphSession gpu(g, on_vulkan("reference"));
+  SessionOptions ref_options;
+  ref_options.backend = BackendKind::Reference;
+  GraphSession ref(g, ref_options);
+  for (GraphSession* s : {&gpu, &ref}) {
+    s->write<float>("a", Box::full(Shape{12}), a);
+    s->write<float>("b", Box::full(Shape{12}), b);
+  }
+  for (const char* out : {"min", "max", "pow", "erf"}) {
+    const std::vector<float> got = gpu.read<float>(out, Box::full(Shape{12}));
+    CHECK(gpu.stats().fallback_steps == 0);
+    const std::vector<float> want = ref.read<float>(out, Box::full(Shape{12}));
+    for (size_t i = 0; i < want.size(); ++i)
+      CHECK_MESSAGE(close(got[i], want[i], 1e-5), std::string(out), "(", a[i], ", ", b[i], "): ", got[i], " vs ", want[i]);
+  }
+}
+
 TEST_CASE("vulkan: strided views through the backend interface match the reference kernel") {
   Env env;
   std::unique_ptr<Backend> backend = vulkan();
