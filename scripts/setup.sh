@@ -3,7 +3,7 @@
 # missing. Safe to run repeatedly.
 set -euo pipefail
 packages=(cmake ninja-build g++ pkg-config libabsl-dev libxxhash-dev doctest-dev nlohmann-json3-dev libpng-dev python3 python3-pip
-          ocl-icd-opencl-dev opencl-headers pocl-opencl-icd)
+          ocl-icd-opencl-dev opencl-headers pocl-opencl-icd libvulkan-dev mesa-vulkan-drivers glslang-dev glslang-tools)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

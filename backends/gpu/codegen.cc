@@ -1,70 +1,16 @@
 #include "backends/gpu/codegen.h"
 
-#include <cmath>
-#include <cstdio>
-
 #include "absl/strings/str_cat.h"
-#include "engine/op_def.h"
+#include "backends/gpu/codegen_shared.h"
 #include "engine/ops.h"
 
 namespace tessera::gpu {
 
 namespace {
 
-absl::Status unsupported(const Node& node, std::string_view why) {
-  return absl::UnimplementedError(absl::StrCat("[", op_display_name(node), "] no GPU kernel: ", std::string(why)));
-}
-
-// A float literal that reads back as exactly `v`.
-std::string literal(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.9gf", static_cast<float>(v));
-  return buf;
-}
-
-// OpenCL C of a unary function of `x` (float), or "" when there is none.
-std::string unary_expr(UnaryFn fn, const std::string& x) {
-  switch (fn) {
-    case UnaryFn::Neg: return absl::StrCat("(-", x, ")");
-    case UnaryFn::Exp: return absl::StrCat("exp(", x, ")");
-    case UnaryFn::Log: return absl::StrCat("log(", x, ")");
-    case UnaryFn::Sqrt: return absl::StrCat("sqrt(", x, ")");
-    case UnaryFn::Rsqrt: return absl::StrCat("(1.0f / sqrt(", x, "))");
-    case UnaryFn::Abs: return absl::StrCat("fabs(", x, ")");
-    case UnaryFn::Sign: return absl::StrCat("(", x, " > 0.0f ? 1.0f : (", x, " < 0.0f ? -1.0f : ", x, "))");
-    case UnaryFn::Reciprocal: return absl::StrCat("(1.0f / ", x, ")");
-    case UnaryFn::Relu: return absl::StrCat("(", x, " > 0.0f ? ", x, " : 0.0f)");
-    case UnaryFn::Sigmoid: return absl::StrCat("(1.0f / (1.0f + exp(-", x, ")))");
-    case UnaryFn::Tanh: return absl::StrCat("tanh(", x, ")");
-    case UnaryFn::Sin: return absl::StrCat("sin(", x, ")");
-    case UnaryFn::Cos: return absl::StrCat("cos(", x, ")");
-    case UnaryFn::GeluTanh:
-      return absl::StrCat("(0.5f * ", x, " * (1.0f + tanh(", literal(std::sqrt(2.0 / M_PI)), " * (", x, " + 0.044715f * ", x,
-                          " * ", x, " * ", x, "))))");
-    case UnaryFn::GeluErf: return absl::StrCat("(0.5f * ", x, " * (1.0f + erf(", x, " * ", literal(1.0 / std::sqrt(2.0)), ")))");
-    case UnaryFn::Erf: return absl::StrCat("erf(", x, ")");
-    case UnaryFn::Silu: return absl::StrCat("(", x, " / (1.0f + exp(-", x, ")))");
-    case UnaryFn::Floor: return absl::StrCat("floor(", x, ")");
-    case UnaryFn::Ceil: return absl::StrCat("ceil(", x, ")");
-    case UnaryFn::Round: return absl::StrCat("rint(", x, ")");
-    case UnaryFn::Count: break;
-  }
-  return "";
-}
-
-// OpenCL C of an arithmetic binary function (float result), or "" (comparisons give bool).
-std::string binary_expr(BinaryFn fn, const std::string& a, const std::string& b) {
-  switch (fn) {
-    case BinaryFn::Add: return absl::StrCat("(", a, " + ", b, ")");
-    case BinaryFn::Sub: return absl::StrCat("(", a, " - ", b, ")");
-    case BinaryFn::Mul: return absl::StrCat("(", a, " * ", b, ")");
-    case BinaryFn::Div: return absl::StrCat("(", a, " / ", b, ")");
-    case BinaryFn::Pow: return absl::StrCat("pow(", a, ", ", b, ")");
-    case BinaryFn::Minimum: return absl::StrCat("((isnan(", a, ") || isnan(", b, ")) ? NAN : fmin(", a, ", ", b, "))");
-    case BinaryFn::Maximum: return absl::StrCat("((isnan(", a, ") || isnan(", b, ")) ? NAN : fmax(", a, ", ", b, "))");
-    default: return "";
-  }
-}
+using detail::kOpenCl;
+using detail::literal;
+using detail::unsupported;
 
 // Shared helpers: vector arguments to arrays, index decoding and addressing.
 std::string preamble(int rank) {
@@ -114,20 +60,9 @@ absl::StatusOr<GeneratedKernel> elementwise(const Node& node, size_t inputs, con
 }
 
 absl::StatusOr<GeneratedKernel> fused(const Node& node) {
-  const auto& program = node.attrs_as<FusedElementwiseAttrs>().program;
-  const size_t n = node.inputs.size();
-  auto value = [&](int32_t i) { return i < static_cast<int32_t>(n) ? absl::StrCat("a", i) : absl::StrCat("t", i - n); };
-  std::string body;
-  for (size_t i = 0; i < program.size(); ++i) {
-    const FusedInstr& instr = program[i];
-    const std::string expr = instr.kind == OpKind::Unary
-                                 ? unary_expr(static_cast<UnaryFn>(instr.fn), value(instr.a))
-                                 : binary_expr(static_cast<BinaryFn>(instr.fn), value(instr.a), value(instr.b));
-    if (expr.empty()) return unsupported(node, "instruction without a GPU form");
-    absl::StrAppend(&body, "  const float t", i, " = ", expr, ";\n");
-  }
-  absl::StrAppend(&body, "  const float v = t", program.size() - 1, ";\n");
-  return elementwise(node, n, body);
+  absl::StatusOr<std::string> body = detail::fused_body(kOpenCl, node);
+  if (!body.ok()) return body.status();
+  return elementwise(node, node.inputs.size(), *body);
 }
 
 // matmul and linear: one work item per output element, k in increasing order.
@@ -192,49 +127,24 @@ absl::StatusOr<GeneratedKernel> rms_norm(const Node& node) {
 
 }  // namespace
 
-namespace {
-
-absl::StatusOr<GeneratedKernel> generate_kernel(const Graph& graph, const Node& node) {
-  if (node.dtype != DType::F32) return unsupported(node, absl::StrCat(dtype_name(node.dtype), " output"));
-  for (NodeId in : node.inputs)
-    if (graph.node(in).dtype != DType::F32) return unsupported(node, "non-f32 input");
-  if (node.rank() < 1 || node.rank() > 8) return unsupported(node, "rank 0 output");
-  switch (node.kind) {
-    case OpKind::Unary: {
-      const std::string expr = unary_expr(node.attrs_as<UnaryAttrs>().fn, "a0");
-      if (expr.empty()) break;
-      return elementwise(node, 1, absl::StrCat("  const float v = ", expr, ";\n"));
-    }
-    case OpKind::Binary: {
-      const std::string expr = binary_expr(node.attrs_as<BinaryAttrs>().fn, "a0", "a1");
-      if (expr.empty()) break;
-      return elementwise(node, 2, absl::StrCat("  const float v = ", expr, ";\n"));
-    }
-    case OpKind::FusedElementwise:
-      return fused(node);
-    case OpKind::Matmul:
-      if (graph.node(node.inputs[0]).rank() < 2 || graph.node(node.inputs[1]).rank() < 2) break;
-      return dot(node);
-    case OpKind::Linear:
-      return dot(node);
-    case OpKind::Softmax:
-      return softmax(node);
-    case OpKind::RmsNorm:
-      return rms_norm(node);
-    default:
-      break;
-  }
-  return unsupported(node, "op not covered");
-}
-
-}  // namespace
-
 absl::StatusOr<GeneratedKernel> generate_opencl(const Graph& graph, const Node& node) {
-  absl::StatusOr<GeneratedKernel> k = generate_kernel(graph, node);
-  if (!k.ok()) return k;
-  const Shape& x = graph.node(node.inputs[0]).shape;
-  if (node.kind == OpKind::Matmul || node.kind == OpKind::Linear || node.kind == OpKind::RmsNorm) k->depth = x.back();
-  if (node.kind == OpKind::Softmax) k->depth = x[static_cast<size_t>(k->axis)];
+  absl::StatusOr<detail::Form> form = detail::kernel_form(graph, node);
+  if (!form.ok()) return form.status();
+  absl::StatusOr<GeneratedKernel> k;
+  switch (*form) {
+    case detail::Form::Unary:
+      k = elementwise(node, 1, absl::StrCat("  const float v = ", detail::unary_expr(kOpenCl, node.attrs_as<UnaryAttrs>().fn, "a0"), ";\n"));
+      break;
+    case detail::Form::Binary:
+      k = elementwise(node, 2,
+                      absl::StrCat("  const float v = ", detail::binary_expr(kOpenCl, node.attrs_as<BinaryAttrs>().fn, "a0", "a1"), ";\n"));
+      break;
+    case detail::Form::Fused: k = fused(node); break;
+    case detail::Form::Dot: k = dot(node); break;
+    case detail::Form::Softmax: k = softmax(node); break;
+    case detail::Form::RmsNorm: k = rms_norm(node); break;
+  }
+  if (k.ok()) detail::set_depth(graph, node, *k);
   return k;
 }
 

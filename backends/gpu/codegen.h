@@ -1,5 +1,6 @@
-// Kernel source generation for GPU backends (OpenCL C now; the layout is shared by the CUDA and
-// Vulkan plugins to come). Independent of any GPU runtime, so it is built and tested everywhere.
+// Kernel source generation for GPU backends: OpenCL C (the opencl plugin) and GLSL 450 compute
+// shaders (the vulkan plugin), the same kernels with the same operations and argument meaning.
+// Independent of any GPU runtime, so it is built and tested everywhere.
 //
 // Every generated kernel computes the elements of one output box, one work item per element
 // (elementwise, matmul, linear) or per row along an axis (softmax, rms_norm), with the same
@@ -19,7 +20,9 @@
 
 #include <array>
 #include <cstdint>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/graph.h"
@@ -34,7 +37,7 @@ enum class KernelShape : uint8_t {
 
 struct GeneratedKernel {
   std::string name;    // the kernel function's name in `source`
-  std::string source;  // OpenCL C 1.2
+  std::string source;  // OpenCL C 1.2 or GLSL 450
   KernelShape shape = KernelShape::Elements;
   int axis = -1;       // Rows: the output axis of a row
   int rank = 0;        // output rank (1..8)
@@ -49,6 +52,14 @@ absl::StatusOr<GeneratedKernel> generate_opencl(const Graph& graph, const Node& 
 // The same kernel in CUDA C (codegen_cuda.cc), for NVRTC: same name, arguments and semantics
 // (compile with --fmad=false, as the OpenCL source forbids contraction).
 absl::StatusOr<GeneratedKernel> generate_cuda(const Graph& graph, const Node& node);
+// The same kernel as a GLSL 450 compute shader (entry point "main", local size kGlslLocalSize).
+// Buffers are storage buffers of descriptor set 0, one binding each: 0 the int32 parameter
+// array, 1 the output, 2 + k input k. A push constant (one int32) is the index in the parameter
+// array where the dispatch's parameters start (see append_glsl_params). Element offsets are
+// int32 and relative to each buffer's bound range. Invocations loop over the work items, so any
+// number of work groups covers a box.
+absl::StatusOr<GeneratedKernel> generate_glsl(const Graph& graph, const Node& node);
+inline constexpr int kGlslLocalSize = 64;
 
 // One input's addressing for a launch (see the argument list above).
 struct InputLayout {
@@ -64,5 +75,13 @@ InputLayout input_layout(const Node& node, int input, const KernelInput& view, i
 InputLayout output_layout(const TensorView& view, int64_t element_offset);
 // Work items of a launch over `box` for a kernel of this shape.
 int64_t work_items(const GeneratedKernel& kernel, const Box& box);
+
+// Appends the parameters of one GLSL dispatch to `params`: items, depth, out base, out strides
+// [8], box begin [8], box extent [8] (1 past the rank), then per input base, strides [8], red.
+// OutOfRange (nothing appended) when a value does not fit int32.
+absl::Status append_glsl_params(const InputLayout& out, const Box& box, int64_t items, int64_t depth,
+                                std::span<const InputLayout> inputs, std::vector<int32_t>& params);
+inline constexpr int kGlslFixedParams = 27;  // before the first input's
+inline constexpr int kGlslInputParams = 10;  // per input
 
 }  // namespace tessera::gpu

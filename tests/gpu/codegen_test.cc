@@ -9,23 +9,25 @@
 using namespace tessera;
 
 TEST_CASE("gpu codegen: sources depend on op, attributes and rank, never on sizes") {
-  auto source = [](const Shape& shape, auto&& build) {
-    Graph g;
-    Tensor x = g.input("x", shape, DType::F32);
-    Tensor y = build(g, x);
-    absl::StatusOr<gpu::GeneratedKernel> k = gpu::generate_opencl(g, g.node(y.id));
-    REQUIRE(k.ok());
-    return k->source;
-  };
-  auto soft = [](Graph&, Tensor x) { return softmax(x, -1); };
-  auto norm = [](Graph&, Tensor x) { return rms_norm(x, Tensor{}, 1e-6); };
-  auto lin = [](Graph& g, Tensor x) { return linear(x, g.input("w", {5, x.shape().back()}, DType::F32)); };
-  CHECK(source({3, 7}, soft) == source({100, 9}, soft));
-  CHECK(source({3, 7}, soft) != source({3, 7, 2}, soft));
-  CHECK(source({2, 64}, norm) == source({9, 576}, norm));
-  CHECK(source({2, 64}, lin) == source({17, 576}, lin));
-  auto eps = [](double e) { return [e](Graph&, Tensor x) { return rms_norm(x, Tensor{}, e); }; };
-  CHECK(source({2, 8}, eps(1e-6)) != source({2, 8}, eps(1e-5)));
+  for (auto* generate : {&gpu::generate_opencl, &gpu::generate_glsl}) {
+    auto source = [generate](const Shape& shape, auto&& build) {
+      Graph g;
+      Tensor x = g.input("x", shape, DType::F32);
+      Tensor y = build(g, x);
+      absl::StatusOr<gpu::GeneratedKernel> k = (*generate)(g, g.node(y.id));
+      REQUIRE(k.ok());
+      return k->source;
+    };
+    auto soft = [](Graph&, Tensor x) { return softmax(x, -1); };
+    auto norm = [](Graph&, Tensor x) { return rms_norm(x, Tensor{}, 1e-6); };
+    auto lin = [](Graph& g, Tensor x) { return linear(x, g.input("w", {5, x.shape().back()}, DType::F32)); };
+    CHECK(source({3, 7}, soft) == source({100, 9}, soft));
+    CHECK(source({3, 7}, soft) != source({3, 7, 2}, soft));
+    CHECK(source({2, 64}, norm) == source({9, 576}, norm));
+    CHECK(source({2, 64}, lin) == source({17, 576}, lin));
+    auto eps = [](double e) { return [e](Graph&, Tensor x) { return rms_norm(x, Tensor{}, e); }; };
+    CHECK(source({2, 8}, eps(1e-6)) != source({2, 8}, eps(1e-5)));
+  }
 }
 
 TEST_CASE("gpu codegen: what has no kernel is Unimplemented, naming the op") {
@@ -35,8 +37,43 @@ TEST_CASE("gpu codegen: what has no kernel is Unimplemented, naming the op") {
   Tensor cmp = binary(BinaryFn::Lt, x, x);
   Tensor i = g.input("i", {4}, DType::I32);
   for (const Tensor& t : {c, cmp, i + i}) {
-    absl::StatusOr<gpu::GeneratedKernel> k = gpu::generate_opencl(g, g.node(t.id));
-    CHECK(k.status().code() == absl::StatusCode::kUnimplemented);
+    CHECK(gpu::generate_opencl(g, g.node(t.id)).status().code() == absl::StatusCode::kUnimplemented);
+    CHECK(gpu::generate_glsl(g, g.node(t.id)).status().code() == absl::StatusCode::kUnimplemented);
   }
   CHECK(std::string(gpu::generate_opencl(g, g.node(c.id)).status().message()).find("cumsum") != std::string::npos);
+  CHECK(std::string(gpu::generate_glsl(g, g.node(c.id)).status().message()).find("cumsum") != std::string::npos);
+}
+
+TEST_CASE("gpu codegen: GLSL kernels have the OpenCL kernels' shape, and their parameters fit 32 bits") {
+  Graph g;
+  Tensor x = g.input("x", {4, 6}, DType::F32);
+  for (const Tensor& t : {softmax(x, 0), rms_norm(x, Tensor{}, 1e-6), exp(x), linear(x, g.input("w", {3, 6}, DType::F32))}) {
+    absl::StatusOr<gpu::GeneratedKernel> cl = gpu::generate_opencl(g, g.node(t.id)), gl = gpu::generate_glsl(g, g.node(t.id));
+    REQUIRE((cl.ok() && gl.ok()));
+    CHECK(cl->shape == gl->shape);
+    CHECK(cl->axis == gl->axis);
+    CHECK(cl->depth == gl->depth);
+    CHECK(gl->source.find("#version 450") == 0);
+  }
+  // items, depth, out base, strides, begin, extent, then base, strides and red per input.
+  gpu::InputLayout out, in;
+  out.strides[0] = 6, out.strides[1] = 1;
+  in.base = 7, in.strides[1] = 2, in.red = 3;
+  std::vector<int32_t> params;
+  const gpu::InputLayout inputs[] = {in};
+  REQUIRE(gpu::append_glsl_params(out, Box{{1, 3}, {0, 6}}, 12, 5, inputs, params).ok());
+  REQUIRE(params.size() == static_cast<size_t>(gpu::kGlslFixedParams + gpu::kGlslInputParams));
+  CHECK(params[0] == 12);
+  CHECK(params[1] == 5);
+  CHECK(params[3] == 6);
+  CHECK(params[11] == 1);  // begin
+  CHECK(params[20] == 6);  // extent of axis 1
+  CHECK(params[21] == 1);  // extents past the rank
+  CHECK(params[27] == 7);
+  CHECK(params[29] == 2);
+  CHECK(params[36] == 3);
+  in.base = int64_t{1} << 31;
+  const gpu::InputLayout big[] = {in};
+  CHECK(gpu::append_glsl_params(out, Box{{1, 3}, {0, 6}}, 12, 5, big, params).code() == absl::StatusCode::kOutOfRange);
+  CHECK(params.size() == static_cast<size_t>(gpu::kGlslFixedParams + gpu::kGlslInputParams));  // nothing appended
 }

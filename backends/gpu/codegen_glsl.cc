@@ -1,0 +1,249 @@
+// GLSL 450 compute shaders for the vulkan plugin: the kernels of codegen.cc (OpenCL C) with the
+// same operations in the same order, parameters read from an int32 array instead of arguments.
+// Float temporaries are `precise`, so no compiler contracts a multiply and an add into an FMA.
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "backends/gpu/codegen.h"
+#include "backends/gpu/codegen_shared.h"
+#include "engine/ops.h"
+
+namespace tessera::gpu {
+
+namespace {
+
+using detail::kGlsl;
+using detail::literal;
+
+// Buffers, the push constant and helpers: erf (Abramowitz-Stegun 7.1.26, |error| < 1.5e-7;
+// GLSL has none), pow with C's special cases (GLSL leaves negative bases, zeros, infinities and
+// NaN undefined), index decoding, addressing.
+std::string preamble(int rank, size_t inputs) {
+  std::string s = absl::StrCat(
+      "#version 450\n"
+      "layout(local_size_x = ",
+      kGlslLocalSize,
+      ") in;\n"
+      "layout(push_constant) uniform Push { int first; } push;\n"
+      "layout(std430, set = 0, binding = 0) readonly buffer Params { int P[]; };\n"
+      "layout(std430, set = 0, binding = 1) buffer Out { float o_[]; };\n");
+  for (size_t k = 0; k < inputs; ++k)
+    absl::StrAppend(&s, "layout(std430, set = 0, binding = ", k + 2, ") readonly buffer In", k,
+                    " { float in", k, "[]; };\n");
+  absl::StrAppend(
+      &s, "#define R ", rank,
+      "\n"
+      "#define NAN uintBitsToFloat(0x7fc00000u)\n"
+      "#define INFINITY uintBitsToFloat(0x7f800000u)\n"
+      "float tessera_erf(float x) {\n"
+      "  const float t = 1.0f / (1.0f + 0.3275911f * abs(x));\n"
+      "  const float p = ((((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t\n"
+      "                   - 0.284496736f) * t + 0.254829592f) * t;\n"
+      "  const float y = 1.0f - p * exp(-x * x);\n"
+      "  return x < 0.0f ? -y : y;\n"
+      "}\n"
+      "float tessera_pow(float a, float b) {\n"
+      "  if (b == 0.0f || a == 1.0f) return 1.0f;\n"
+      "  if (isnan(a) || isnan(b)) return NAN;\n"
+      "  const bool odd = b == floor(b) && mod(b, 2.0f) == 1.0f;\n"
+      "  if (a == 0.0f) return b > 0.0f ? (odd ? a : 0.0f) : (odd ? 1.0f / a : INFINITY);\n"
+      "  if (isinf(b)) return abs(a) == 1.0f ? 1.0f : ((abs(a) > 1.0f) == (b > 0.0f) ? INFINITY : 0.0f);\n"
+      "  if (isinf(a)) {\n"
+      "    const float m = b > 0.0f ? INFINITY : 0.0f;\n"
+      "    return a < 0.0f && odd ? -m : m;\n"
+      "  }\n"
+      "  if (a > 0.0f) return pow(a, b);\n"
+      "  if (b != floor(b)) return NAN;\n"
+      "  return odd ? -pow(-a, b) : pow(-a, b);\n"
+      "}\n"
+      "int at(int base, int st[8], int idx[8]) {\n"
+      "  int o = base;\n"
+      "  for (int d = 0; d < R; ++d) o += idx[d] * st[d];\n"
+      "  return o;\n"
+      "}\n"
+      "// Element g of the box (row-major), skipping axis `skip` (-1: none), which is set to 0.\n"
+      "void decode(int g, int b[8], int e[8], int skip, out int idx[8]) {\n"
+      "  for (int d = 7; d >= R; --d) idx[d] = 0;\n"
+      "  for (int d = R - 1; d >= 0; --d) {\n"
+      "    if (d == skip) { idx[d] = 0; continue; }\n"
+      "    idx[d] = b[d] + g % e[d];\n"
+      "    g /= e[d];\n"
+      "  }\n"
+      "}\n");
+  return s;
+}
+
+// main(): loads the dispatch's parameters, then loops over its work items; `body` sees g (the
+// item), depth, b, e (box), out_base, os and per input in<k>_base, s<k>, in<k>_red.
+std::string shader(int rank, size_t inputs, const std::string& body) {
+  std::string s = absl::StrCat(preamble(rank, inputs),
+                               "void main() {\n"
+                               "  const int p = push.first;\n"
+                               "  const uint items = uint(P[p]);\n"
+                               "  const int depth = P[p + 1];\n"
+                               "  const int out_base = P[p + 2];\n"
+                               "  int os[8], b[8], e[8];\n"
+                               "  for (int d = 0; d < 8; ++d) { os[d] = P[p + 3 + d]; b[d] = P[p + "
+                               "11 + d]; e[d] = P[p + 19 + d]; }\n");
+  for (size_t k = 0; k < inputs; ++k) {
+    const size_t at = kGlslFixedParams + k * kGlslInputParams;
+    absl::StrAppend(&s, "  const int in", k, "_base = P[p + ", at, "], in", k, "_red = P[p + ",
+                    at + 9, "];\n", "  int s", k, "[8];\n  for (int d = 0; d < 8; ++d) s", k,
+                    "[d] = P[p + ", at + 1, " + d];\n");
+  }
+  absl::StrAppend(&s,
+                  "  const uint step = gl_NumWorkGroups.x * gl_WorkGroupSize.x;\n"
+                  "  for (uint gu = gl_GlobalInvocationID.x; gu < items; gu += step) {\n"
+                  "    const int g = int(gu);\n",
+                  body, "  }\n}\n");
+  return s;
+}
+
+GeneratedKernel elementwise(const Node& node, size_t inputs, const std::string& value) {
+  GeneratedKernel k;
+  k.rank = node.rank();
+  k.name = "main";
+  std::string body = "    int idx[8];\n    decode(g, b, e, -1, idx);\n";
+  for (size_t i = 0; i < inputs; ++i)
+    absl::StrAppend(&body, "    const float a", i, " = in", i, "[at(in", i, "_base, s", i,
+                    ", idx)];\n");
+  absl::StrAppend(&body, value, "    o_[at(out_base, os, idx)] = v;\n");
+  k.source = shader(k.rank, inputs, body);
+  return k;
+}
+
+// matmul and linear: one work item per output element, k in increasing order.
+GeneratedKernel dot(const Node& node) {
+  GeneratedKernel k;
+  k.rank = node.rank();
+  k.name = "main";
+  k.source = shader(k.rank, 2,
+                    "    int idx[8];\n    decode(g, b, e, -1, idx);\n"
+                    "    const int oa = at(in0_base, s0, idx), ob = at(in1_base, s1, idx);\n"
+                    "    precise float acc = 0.0f;\n"
+                    "    for (int k = 0; k < depth; ++k) acc = acc + in0[oa + k * in0_red] * "
+                    "in1[ob + k * in1_red];\n"
+                    "    o_[at(out_base, os, idx)] = acc;\n");
+  return k;
+}
+
+// softmax / log_softmax along `axis`: the whole row, in order.
+GeneratedKernel softmax(const Node& node) {
+  const SoftmaxAttrs& a = node.attrs_as<SoftmaxAttrs>();
+  GeneratedKernel k;
+  k.rank = node.rank();
+  k.shape = KernelShape::Rows;
+  k.axis = static_cast<int>(a.axis);
+  k.name = "main";
+  k.source =
+      shader(k.rank, 1,
+             absl::StrCat("    const int A = ", k.axis, ";\n",
+                          "    int idx[8];\n    decode(g, b, e, A, idx);\n"
+                          "    const int ox = at(in0_base, s0, idx), sa = s0[A];\n"
+                          "    precise float m = -INFINITY;\n"
+                          "    for (int j = 0; j < depth; ++j) m = max(m, in0[ox + j * sa]);\n"
+                          "    precise float s = 0.0f;\n"
+                          "    for (int j = 0; j < depth; ++j) s = s + exp(in0[ox + j * sa] - m);\n"
+                          "    for (int j = b[A]; j < b[A] + e[A]; ++j) {\n"
+                          "      idx[A] = j;\n"
+                          "      const float x = in0[ox + j * sa];\n",
+                          a.log ? "      o_[at(out_base, os, idx)] = (x - m) - log(s);\n"
+                                : "      o_[at(out_base, os, idx)] = exp(x - m) / s;\n",
+                          "    }\n"));
+  return k;
+}
+
+GeneratedKernel rms_norm(const Node& node) {
+  GeneratedKernel k;
+  k.rank = node.rank();
+  k.shape = KernelShape::Rows;
+  k.axis = k.rank - 1;
+  const bool weight = node.inputs.size() > 1;
+  k.name = "main";
+  k.source =
+      shader(k.rank, node.inputs.size(),
+             absl::StrCat("    const int A = R - 1;\n"
+                          "    int idx[8];\n    decode(g, b, e, A, idx);\n"
+                          "    const int ox = at(in0_base, s0, idx), sa = s0[A];\n"
+                          "    precise float ss = 0.0f;\n"
+                          "    for (int j = 0; j < depth; ++j) { const float x = in0[ox + j * sa]; "
+                          "ss = ss + x * x; }\n"
+                          "    precise float scale = 1.0f / sqrt(ss / float(depth) + ",
+                          literal(node.attrs_as<RmsNormAttrs>().eps), ");\n",
+                          "    for (int j = b[A]; j < b[A] + e[A]; ++j) {\n"
+                          "      idx[A] = j;\n",
+                          weight ? "      o_[at(out_base, os, idx)] = (in0[ox + j * sa] * scale) * "
+                                   "in1[at(in1_base, s1, idx)];\n"
+                                 : "      o_[at(out_base, os, idx)] = in0[ox + j * sa] * scale;\n",
+                          "    }\n"));
+  return k;
+}
+
+}  // namespace
+
+absl::StatusOr<GeneratedKernel> generate_glsl(const Graph& graph, const Node& node) {
+  absl::StatusOr<detail::Form> form = detail::kernel_form(graph, node);
+  if (!form.ok()) return form.status();
+  GeneratedKernel k;
+  switch (*form) {
+    case detail::Form::Unary:
+      k = elementwise(
+          node, 1,
+          absl::StrCat("    ", kGlsl.temp, " v = ",
+                       detail::unary_expr(kGlsl, node.attrs_as<UnaryAttrs>().fn, "a0"), ";\n"));
+      break;
+    case detail::Form::Binary:
+      k = elementwise(
+          node, 2,
+          absl::StrCat("    ", kGlsl.temp, " v = ",
+                       detail::binary_expr(kGlsl, node.attrs_as<BinaryAttrs>().fn, "a0", "a1"),
+                       ";\n"));
+      break;
+    case detail::Form::Fused: {
+      absl::StatusOr<std::string> body = detail::fused_body(kGlsl, node);
+      if (!body.ok()) return body.status();
+      k = elementwise(node, node.inputs.size(), *body);
+      break;
+    }
+    case detail::Form::Dot:
+      k = dot(node);
+      break;
+    case detail::Form::Softmax:
+      k = softmax(node);
+      break;
+    case detail::Form::RmsNorm:
+      k = rms_norm(node);
+      break;
+  }
+  detail::set_depth(graph, node, k);
+  return k;
+}
+
+absl::Status append_glsl_params(const InputLayout& out, const Box& box, int64_t items,
+                                int64_t depth, std::span<const InputLayout> inputs,
+                                std::vector<int32_t>& params) {
+  const size_t first = params.size();
+  bool fits = true;
+  auto put = [&](int64_t v) {
+    fits = fits && v >= std::numeric_limits<int32_t>::min() &&
+           v <= std::numeric_limits<int32_t>::max();
+    params.push_back(static_cast<int32_t>(v));
+  };
+  put(items);
+  put(depth);
+  put(out.base);
+  for (int64_t s : out.strides) put(s);
+  for (int d = 0; d < 8; ++d) put(d < box.rank() ? box.begin(d) : 0);
+  for (int d = 0; d < 8; ++d) put(d < box.rank() ? box.extent(d) : 1);
+  for (const InputLayout& in : inputs) {
+    put(in.base);
+    for (int64_t s : in.strides) put(s);
+    put(in.red);
+  }
+  if (fits) return absl::OkStatus();
+  params.resize(first);
+  return absl::OutOfRangeError(
+      "[gpu] a GLSL kernel parameter (offset, stride or size) does not fit 32 bits");
+}
+
+}  // namespace tessera::gpu

@@ -1,0 +1,121 @@
+#include "backends/gpu/codegen_shared.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "engine/op_def.h"
+
+namespace tessera::gpu::detail {
+
+const Dialect kOpenCl = {"fabs", "fmin", "fmax", "rint", "erf", "pow", "const float"};
+const Dialect kGlsl = {"abs", "min", "max", "roundEven", "tessera_erf", "tessera_pow", "precise float"};
+
+absl::Status unsupported(const Node& node, std::string_view why) {
+  return absl::UnimplementedError(absl::StrCat("[", op_display_name(node), "] no GPU kernel: ", std::string(why)));
+}
+
+std::string literal(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.9gf", static_cast<float>(v));
+  return buf;
+}
+
+std::string unary_expr(const Dialect& d, UnaryFn fn, const std::string& x) {
+  switch (fn) {
+    case UnaryFn::Neg: return absl::StrCat("(-", x, ")");
+    case UnaryFn::Exp: return absl::StrCat("exp(", x, ")");
+    case UnaryFn::Log: return absl::StrCat("log(", x, ")");
+    case UnaryFn::Sqrt: return absl::StrCat("sqrt(", x, ")");
+    case UnaryFn::Rsqrt: return absl::StrCat("(1.0f / sqrt(", x, "))");
+    case UnaryFn::Abs: return absl::StrCat(d.fabs, "(", x, ")");
+    case UnaryFn::Sign: return absl::StrCat("(", x, " > 0.0f ? 1.0f : (", x, " < 0.0f ? -1.0f : ", x, "))");
+    case UnaryFn::Reciprocal: return absl::StrCat("(1.0f / ", x, ")");
+    case UnaryFn::Relu: return absl::StrCat("(", x, " > 0.0f ? ", x, " : 0.0f)");
+    case UnaryFn::Sigmoid: return absl::StrCat("(1.0f / (1.0f + exp(-", x, ")))");
+    case UnaryFn::Tanh: return absl::StrCat("tanh(", x, ")");
+    case UnaryFn::Sin: return absl::StrCat("sin(", x, ")");
+    case UnaryFn::Cos: return absl::StrCat("cos(", x, ")");
+    case UnaryFn::GeluTanh:
+      return absl::StrCat("(0.5f * ", x, " * (1.0f + tanh(", literal(std::sqrt(2.0 / M_PI)), " * (", x, " + 0.044715f * ", x,
+                          " * ", x, " * ", x, "))))");
+    case UnaryFn::GeluErf:
+      return absl::StrCat("(0.5f * ", x, " * (1.0f + ", d.erf, "(", x, " * ", literal(1.0 / std::sqrt(2.0)), ")))");
+    case UnaryFn::Erf: return absl::StrCat(d.erf, "(", x, ")");
+    case UnaryFn::Silu: return absl::StrCat("(", x, " / (1.0f + exp(-", x, ")))");
+    case UnaryFn::Floor: return absl::StrCat("floor(", x, ")");
+    case UnaryFn::Ceil: return absl::StrCat("ceil(", x, ")");
+    case UnaryFn::Round: return absl::StrCat(d.rint, "(", x, ")");
+    case UnaryFn::Count: break;
+  }
+  return "";
+}
+
+std::string binary_expr(const Dialect& d, BinaryFn fn, const std::string& a, const std::string& b) {
+  switch (fn) {
+    case BinaryFn::Add: return absl::StrCat("(", a, " + ", b, ")");
+    case BinaryFn::Sub: return absl::StrCat("(", a, " - ", b, ")");
+    case BinaryFn::Mul: return absl::StrCat("(", a, " * ", b, ")");
+    case BinaryFn::Div: return absl::StrCat("(", a, " / ", b, ")");
+    case BinaryFn::Pow: return absl::StrCat(d.pow, "(", a, ", ", b, ")");
+    case BinaryFn::Minimum:
+      return absl::StrCat("((isnan(", a, ") || isnan(", b, ")) ? NAN : ", d.fmin, "(", a, ", ", b, "))");
+    case BinaryFn::Maximum:
+      return absl::StrCat("((isnan(", a, ") || isnan(", b, ")) ? NAN : ", d.fmax, "(", a, ", ", b, "))");
+    default: return "";
+  }
+}
+
+absl::StatusOr<std::string> fused_body(const Dialect& d, const Node& node) {
+  const auto& program = node.attrs_as<FusedElementwiseAttrs>().program;
+  const size_t n = node.inputs.size();
+  auto value = [&](int32_t i) { return i < static_cast<int32_t>(n) ? absl::StrCat("a", i) : absl::StrCat("t", i - n); };
+  std::string body;
+  for (size_t i = 0; i < program.size(); ++i) {
+    const FusedInstr& instr = program[i];
+    const std::string expr = instr.kind == OpKind::Unary
+                                 ? unary_expr(d, static_cast<UnaryFn>(instr.fn), value(instr.a))
+                                 : binary_expr(d, static_cast<BinaryFn>(instr.fn), value(instr.a), value(instr.b));
+    if (expr.empty()) return unsupported(node, "instruction without a GPU form");
+    absl::StrAppend(&body, "  ", d.temp, " t", i, " = ", expr, ";\n");
+  }
+  absl::StrAppend(&body, "  ", d.temp, " v = t", program.size() - 1, ";\n");
+  return body;
+}
+
+absl::StatusOr<Form> kernel_form(const Graph& graph, const Node& node) {
+  if (node.dtype != DType::F32) return unsupported(node, absl::StrCat(dtype_name(node.dtype), " output"));
+  for (NodeId in : node.inputs)
+    if (graph.node(in).dtype != DType::F32) return unsupported(node, "non-f32 input");
+  if (node.rank() < 1 || node.rank() > 8) return unsupported(node, "rank 0 output");
+  switch (node.kind) {
+    case OpKind::Unary:
+      if (unary_expr(kOpenCl, node.attrs_as<UnaryAttrs>().fn, "x").empty()) break;
+      return Form::Unary;
+    case OpKind::Binary:
+      if (binary_expr(kOpenCl, node.attrs_as<BinaryAttrs>().fn, "a", "b").empty()) break;
+      return Form::Binary;
+    case OpKind::FusedElementwise:
+      return Form::Fused;
+    case OpKind::Matmul:
+      if (graph.node(node.inputs[0]).rank() < 2 || graph.node(node.inputs[1]).rank() < 2) break;
+      return Form::Dot;
+    case OpKind::Linear:
+      return Form::Dot;
+    case OpKind::Softmax:
+      return Form::Softmax;
+    case OpKind::RmsNorm:
+      return Form::RmsNorm;
+    default:
+      break;
+  }
+  return unsupported(node, "op not covered");
+}
+
+void set_depth(const Graph& graph, const Node& node, GeneratedKernel& kernel) {
+  const Shape& x = graph.node(node.inputs[0]).shape;
+  if (node.kind == OpKind::Matmul || node.kind == OpKind::Linear || node.kind == OpKind::RmsNorm) kernel.depth = x.back();
+  if (node.kind == OpKind::Softmax) kernel.depth = x[static_cast<size_t>(kernel.axis)];
+}
+
+}  // namespace tessera::gpu::detail

@@ -1,0 +1,45 @@
+// What the OpenCL C and GLSL generators share: the expression tables of unary and binary
+// functions, the fused-elementwise program, and which kernel form (and depth) an op gets. The
+// dialects differ only in the names of a few functions and in how temporaries are declared.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "backends/gpu/codegen.h"
+#include "engine/graph.h"
+#include "engine/ops.h"
+
+namespace tessera::gpu::detail {
+
+// Function names and declarations of one kernel language.
+struct Dialect {
+  const char* fabs;
+  const char* fmin;
+  const char* fmax;
+  const char* rint;  // round half to even
+  const char* erf;
+  const char* pow;
+  const char* temp;  // declares a float temporary that the compiler may not contract
+};
+extern const Dialect kOpenCl;
+extern const Dialect kGlsl;  // erf and pow are helpers in every GLSL preamble
+
+absl::Status unsupported(const Node& node, std::string_view why);
+// A float literal ("...f", valid in both languages) that reads back as exactly `v`.
+std::string literal(double v);
+// A unary function of `x` (float), or "" when there is none.
+std::string unary_expr(const Dialect& d, UnaryFn fn, const std::string& x);
+// An arithmetic binary function (float result), or "" (comparisons give bool).
+std::string binary_expr(const Dialect& d, BinaryFn fn, const std::string& a, const std::string& b);
+// Statements computing the fused program of `node` from values a0..a<n-1> into `v`.
+absl::StatusOr<std::string> fused_body(const Dialect& d, const Node& node);
+
+// The kernel an op gets (after the checks every GPU kernel shares: f32 in and out, rank 1..8).
+enum class Form : uint8_t { Unary, Binary, Fused, Dot, Softmax, RmsNorm };
+absl::StatusOr<Form> kernel_form(const Graph& graph, const Node& node);
+// Fills depth (K of dot products, the row length of Rows kernels) from the input shapes.
+void set_depth(const Graph& graph, const Node& node, GeneratedKernel& kernel);
+
+}  // namespace tessera::gpu::detail
