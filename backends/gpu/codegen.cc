@@ -143,6 +143,7 @@ absl::StatusOr<GeneratedKernel> generate_opencl(const Graph& graph, const Node& 
     case detail::Form::Dot: k = dot(node); break;
     case detail::Form::Softmax: k = softmax(node); break;
     case detail::Form::RmsNorm: k = rms_norm(node); break;
+    case detail::Form::Copy: k = elementwise(node, 1, "  const float v = a0;\n"); break;
   }
   if (k.ok()) detail::set_depth(graph, node, *k);
   return k;
@@ -190,8 +191,19 @@ InputLayout input_layout(const Node& node, int input, const KernelInput& view, i
       l.strides[static_cast<size_t>(out_rank - 1)] = stride(0);
       l.red = stride(1);
     }
+  } else if (node.kind == OpKind::Slice) {
+    // Output index i reads input index start + i * step on every axis.
+    const SliceAttrs& a = node.attrs_as<SliceAttrs>();
+    for (int d = 0; d < r; ++d) {
+      l.strides[static_cast<size_t>(d)] = stride(d) * a.step[static_cast<size_t>(d)];
+      l.base += a.start[static_cast<size_t>(d)] * stride(d);
+    }
+  } else if (node.kind == OpKind::Permute) {
+    // Output axis d is input axis perm[d].
+    const Ints& perm = node.attrs_as<PermuteAttrs>().perm;
+    for (int d = 0; d < out_rank; ++d) l.strides[static_cast<size_t>(d)] = stride(static_cast<int>(perm[static_cast<size_t>(d)]));
   } else {
-    broadcast();
+    broadcast();  // elementwise inputs, expand
   }
   return l;
 }

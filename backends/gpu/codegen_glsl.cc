@@ -214,6 +214,9 @@ absl::StatusOr<GeneratedKernel> generate_glsl(const Graph& graph, const Node& no
     case detail::Form::RmsNorm:
       k = rms_norm(node);
       break;
+    case detail::Form::Copy:
+      k = elementwise(node, 1, absl::StrCat("    ", kGlsl.temp, " v = a0;\n"));
+      break;
   }
   detail::set_depth(graph, node, k);
   return k;

@@ -106,6 +106,10 @@ absl::StatusOr<Form> kernel_form(const Graph& graph, const Node& node) {
       return Form::Softmax;
     case OpKind::RmsNorm:
       return Form::RmsNorm;
+    case OpKind::Slice:
+    case OpKind::Permute:
+    case OpKind::Expand:
+      return Form::Copy;
     default:
       break;
   }

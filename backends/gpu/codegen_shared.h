@@ -37,7 +37,8 @@ std::string binary_expr(const Dialect& d, BinaryFn fn, const std::string& a, con
 absl::StatusOr<std::string> fused_body(const Dialect& d, const Node& node);
 
 // The kernel an op gets (after the checks every GPU kernel shares: f32 in and out, rank 1..8).
-enum class Form : uint8_t { Unary, Binary, Fused, Dot, Softmax, RmsNorm };
+// Copy: slice, permute and expand, an identity kernel whose input addressing does the move.
+enum class Form : uint8_t { Unary, Binary, Fused, Dot, Softmax, RmsNorm, Copy };
 absl::StatusOr<Form> kernel_form(const Graph& graph, const Node& node);
 // Fills depth (K of dot products, the row length of Rows kernels) from the input shapes.
 void set_depth(const Graph& graph, const Node& node, GeneratedKernel& kernel);

@@ -39,6 +39,9 @@ struct Covered {
     nodes.push_back(softmax(x, -1));
     nodes.push_back(log_softmax(x, 0));
     nodes.push_back(rms_norm(x, y, 1e-6));
+    nodes.push_back(slice(x, 1, 1, 6, 2));
+    nodes.push_back(permute(m, {2, 0, 1}));
+    nodes.push_back(expand(y, Shape{3, 6}));
   }
 };
 

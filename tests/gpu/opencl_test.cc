@@ -138,6 +138,10 @@ TEST_CASE("opencl: conformance sweep against the reference kernels") {
                                                FusedInstr{OpKind::Unary, static_cast<int64_t>(UnaryFn::Tanh), 2, -1},
                                                FusedInstr{OpKind::Binary, static_cast<int64_t>(BinaryFn::Add), 3, 0}});
   }, 1e-5, rng);
+  // Movement: slice (start and step), permute and expand are copies with moved addressing.
+  check_op({{5, 9, 7}}, [](std::vector<Tensor>& in) { return slice(in[0], 1, 2, 9, 3); }, 0, rng);
+  check_op({{4, 3, 6}}, [](std::vector<Tensor>& in) { return permute(in[0], {2, 0, 1}); }, 0, rng);
+  check_op({{3, 1}}, [](std::vector<Tensor>& in) { return expand(in[0], Shape{2, 3, 5}); }, 0, rng);
   check_op({{2, 5, 7}, {7, 3}}, [](std::vector<Tensor>& in) { return matmul(in[0], in[1]); }, 1e-5, rng);
   check_op({{3, 1, 4, 6}, {2, 6, 5}}, [](std::vector<Tensor>& in) { return matmul(in[0], in[1]); }, 1e-5, rng);
   check_op({{6, 11}, {9, 11}}, [](std::vector<Tensor>& in) { return linear(in[0], in[1]); }, 1e-5, rng);
