@@ -23,6 +23,7 @@
 #include "backends/backend.h"
 #include "backends/cuda/nvrtc_compile.h"
 #include "backends/gpu/codegen.h"
+#include "backends/gpu/device_copies.h"
 
 namespace tessera {
 namespace {
@@ -78,13 +79,6 @@ struct Driver {
 };
 
 std::string cu_error(const char* what, CUresult r) { return absl::StrCat("[cuda] ", what, " failed (CUresult ", static_cast<int>(r), ")"); }
-
-std::filesystem::path cache_dir() {
-  if (const char* dir = std::getenv("TESSERA_CACHE_DIR"); dir != nullptr && *dir) return std::filesystem::path(dir) / "cuda";
-  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg) return std::filesystem::path(xdg) / "tessera" / "cuda";
-  if (const char* home = std::getenv("HOME"); home != nullptr && *home) return std::filesystem::path(home) / ".cache" / "tessera" / "cuda";
-  return std::filesystem::temp_directory_path() / "tessera" / "cuda";
-}
 
 struct CudaStep {
   CUfunction function = nullptr;
@@ -205,44 +199,19 @@ class CudaBackend final : public Backend {
     return absl::InvalidArgumentError("[cuda] a view is not device memory of this backend");
   }
 
-  // Box copies as contiguous runs (the axes the box covers whole merge), blocking.
+  // Box copies as blocking copies of contiguous runs.
   absl::Status copy(const BufferRegion& region, const Box& box, void* host, bool in) {
     auto it = buffers_.find(static_cast<CUdeviceptr>(region.buffer.id));
     if (it == buffers_.end()) return absl::InvalidArgumentError("[cuda] copy with an unknown buffer");
-    if (box.rank() != region.extent.rank() || !region.extent.contains(box))
-      return absl::InvalidArgumentError(absl::StrCat("[cuda] copy of box ", box.to_string(), " outside the region ",
-                                                     region.extent.to_string()));
-    const int64_t size = dtype_size(region.dtype);
-    if (region.offset_bytes < 0 || region.offset_bytes + region.extent.volume() * size > it->second)
-      return absl::InvalidArgumentError("[cuda] copy region past the end of its buffer");
-    if (box.empty()) return absl::OkStatus();
     driver_.cuCtxSetCurrent(context_);
-    const int rank = box.rank();
-    int inner = std::max(rank - 1, 0);
-    while (inner > 0 && box.extent(inner) == region.extent.extent(inner)) --inner;
-    int64_t run = 1;
-    for (int d = inner; d < rank; ++d) run *= box.extent(d);
-    std::array<int64_t, kMaxRank> strides{};
-    int64_t s = 1;
-    for (int d = rank - 1; d >= 0; --d) strides[static_cast<size_t>(d)] = s, s *= region.extent.extent(d);
-    const int64_t runs = rank == 0 ? 1 : box.volume() / run;
+    const CUdeviceptr base = it->first;
     auto* bytes = static_cast<std::byte*>(host);
-    for (int64_t r = 0; r < runs; ++r) {
-      int64_t rem = r, offset = 0;
-      for (int d = rank - 1; d >= 0; --d) {
-        int64_t i = box.begin(d);
-        if (d < inner) {
-          i += rem % box.extent(d);
-          rem /= box.extent(d);
-        }
-        offset += (i - region.extent.begin(d)) * strides[static_cast<size_t>(d)];
-      }
-      const CUdeviceptr at = it->first + static_cast<CUdeviceptr>(region.offset_bytes + offset * size);
-      const size_t n = static_cast<size_t>(run * size);
-      const CUresult res = in ? driver_.cuMemcpyHtoD(at, bytes + r * run * size, n) : driver_.cuMemcpyDtoH(bytes + r * run * size, at, n);
-      if (res != CUDA_SUCCESS) return absl::InternalError(cu_error(in ? "cuMemcpyHtoD" : "cuMemcpyDtoH", res));
-    }
-    return absl::OkStatus();
+    return gpu::for_each_box_run("cuda", region, box, it->second, [&](int64_t at, int64_t dense, int64_t n) {
+      const CUdeviceptr device = base + static_cast<CUdeviceptr>(at);
+      const CUresult r = in ? driver_.cuMemcpyHtoD(device, bytes + dense, static_cast<size_t>(n))
+                            : driver_.cuMemcpyDtoH(bytes + dense, device, static_cast<size_t>(n));
+      return r == CUDA_SUCCESS ? absl::OkStatus() : absl::InternalError(cu_error(in ? "cuMemcpyHtoD" : "cuMemcpyDtoH", r));
+    });
   }
 
   // The function of a source: from memory, else PTX from the disk cache, else NVRTC (stored).
@@ -253,7 +222,7 @@ class CudaBackend final : public Backend {
       stats_.kernels_reused += 1;
       return it->second.function;
     }
-    const std::filesystem::path file = cache_dir() / absl::StrCat(absl::Hex(hash, absl::kZeroPad16), ".ptx");
+    const std::filesystem::path file = gpu::kernel_cache_dir("cuda") / absl::StrCat(absl::Hex(hash, absl::kZeroPad16), ".ptx");
     std::string ptx;
     if (std::ifstream f(file, std::ios::binary); f) ptx.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
     if (ptx.empty()) {

@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "backends/backend.h"
 #include "backends/gpu/codegen.h"
+#include "backends/gpu/device_copies.h"
 #include "engine/op_def.h"
 
 namespace tessera {
@@ -41,15 +42,6 @@ std::string device_string(cl_device_id device, cl_device_info info) {
   clGetDeviceInfo(device, info, size, s.data(), nullptr);
   while (!s.empty() && s.back() == '\0') s.pop_back();
   return s;
-}
-
-std::filesystem::path cache_dir() {
-  if (const char* dir = std::getenv("TESSERA_CACHE_DIR"); dir != nullptr && *dir) return std::filesystem::path(dir) / "opencl";
-  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg)
-    return std::filesystem::path(xdg) / "tessera" / "opencl";
-  if (const char* home = std::getenv("HOME"); home != nullptr && *home)
-    return std::filesystem::path(home) / ".cache" / "tessera" / "opencl";
-  return std::filesystem::temp_directory_path() / "tessera" / "opencl";
 }
 
 struct ClStep {
@@ -81,7 +73,7 @@ class OpenClBackend final : public Backend {
     // PoCL compiles into a cache directory of its own; give it a writable one.
     if (std::getenv("POCL_CACHE_DIR") == nullptr) {
       std::error_code ec;
-      const std::filesystem::path pocl = cache_dir().parent_path() / "pocl";
+      const std::filesystem::path pocl = gpu::kernel_cache_dir("pocl");
       std::filesystem::create_directories(pocl, ec);
       setenv("POCL_CACHE_DIR", pocl.c_str(), 0);
     }
@@ -198,47 +190,19 @@ class OpenClBackend final : public Backend {
     return std::make_pair(&it->second, static_cast<int64_t>(address - it->first));
   }
 
-  // Box copies as runs of contiguous bytes: the innermost axes the box covers whole merge.
+  // Box copies as blocking reads and writes of contiguous runs.
   absl::Status copy(const BufferRegion& region, const Box& box, void* host, bool in) {
     auto it = buffers_.find(region.buffer.id);
     if (it == buffers_.end()) return absl::InvalidArgumentError("[opencl] copy with an unknown buffer");
-    if (box.rank() != region.extent.rank() || !region.extent.contains(box))
-      return absl::InvalidArgumentError(absl::StrCat("[opencl] copy of box ", box.to_string(), " outside the region ",
-                                                     region.extent.to_string()));
-    const int64_t size = dtype_size(region.dtype);
-    if (region.offset_bytes < 0 || region.offset_bytes + region.extent.volume() * size > it->second.bytes)
-      return absl::InvalidArgumentError("[opencl] copy region past the end of its buffer");
-    if (box.empty()) return absl::OkStatus();
-    const int rank = box.rank();
-    // Axes after `inner` are whole in the box: a run is the box's extent from `inner` on.
-    int inner = std::max(rank - 1, 0);
-    while (inner > 0 && box.extent(inner) == region.extent.extent(inner)) --inner;
-    int64_t run = 1;
-    for (int d = inner; d < rank; ++d) run *= box.extent(d);
-    // Row-major strides of the region, in elements.
-    std::array<int64_t, kMaxRank> strides{};
-    int64_t s = 1;
-    for (int d = rank - 1; d >= 0; --d) strides[static_cast<size_t>(d)] = s, s *= region.extent.extent(d);
-    const int64_t runs = rank == 0 ? 1 : box.volume() / run;
-    std::array<int64_t, kMaxRank> idx{};
+    cl_mem mem = it->second.mem;
     auto* bytes = static_cast<std::byte*>(host);
-    for (int64_t r = 0; r < runs; ++r) {
-      int64_t rem = r, offset = 0;
-      for (int d = inner - 1; d >= 0; --d) {
-        idx[static_cast<size_t>(d)] = box.begin(d) + rem % box.extent(d);
-        rem /= box.extent(d);
-      }
-      for (int d = 0; d < rank; ++d) {
-        const int64_t i = d < inner ? idx[static_cast<size_t>(d)] : box.begin(d);
-        offset += (i - region.extent.begin(d)) * strides[static_cast<size_t>(d)];
-      }
-      const size_t at = static_cast<size_t>(region.offset_bytes + offset * size);
-      const size_t n = static_cast<size_t>(run * size);
-      const cl_int err = in ? clEnqueueWriteBuffer(queue_, it->second.mem, CL_TRUE, at, n, bytes + r * run * size, 0, nullptr, nullptr)
-                            : clEnqueueReadBuffer(queue_, it->second.mem, CL_TRUE, at, n, bytes + r * run * size, 0, nullptr, nullptr);
-      if (err != CL_SUCCESS) return absl::InternalError(cl_error(in ? "clEnqueueWriteBuffer" : "clEnqueueReadBuffer", err));
-    }
-    return absl::OkStatus();
+    return gpu::for_each_box_run("opencl", region, box, it->second.bytes, [&](int64_t at, int64_t dense, int64_t n) {
+      const cl_int err =
+          in ? clEnqueueWriteBuffer(queue_, mem, CL_TRUE, static_cast<size_t>(at), static_cast<size_t>(n), bytes + dense, 0, nullptr, nullptr)
+             : clEnqueueReadBuffer(queue_, mem, CL_TRUE, static_cast<size_t>(at), static_cast<size_t>(n), bytes + dense, 0, nullptr, nullptr);
+      return err == CL_SUCCESS ? absl::OkStatus()
+                               : absl::InternalError(cl_error(in ? "clEnqueueWriteBuffer" : "clEnqueueReadBuffer", err));
+    });
   }
 
   // The kernel of a source: from memory, else the disk cache, else compiled (and stored).
@@ -249,7 +213,7 @@ class OpenClBackend final : public Backend {
       stats_.kernels_reused += 1;
       return it->second.kernel;
     }
-    const std::filesystem::path file = cache_dir() / absl::StrCat(absl::Hex(hash, absl::kZeroPad16), ".bin");
+    const std::filesystem::path file = gpu::kernel_cache_dir("opencl") / absl::StrCat(absl::Hex(hash, absl::kZeroPad16), ".bin");
     cl_int err = CL_SUCCESS;
     cl_program program = nullptr;
     bool from_disk = false;

@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "backends/backend.h"
 #include "backends/gpu/codegen.h"
+#include "backends/gpu/device_copies.h"
 #include "backends/vulkan/vulkan_device.h"
 #include "engine/op_def.h"
 
@@ -206,49 +207,20 @@ class VulkanBackend final : public Backend {
   uint64_t next_ = 1;
 };
 
-// Box copies as runs of contiguous bytes: the innermost axes the box covers whole merge.
+// Box copies as memcpy of contiguous runs (memory is host-visible and coherent).
 absl::Status VulkanBackend::copy(const BufferRegion& region, const Box& box, void* host, bool in) {
   auto it = buffers_.find(region.buffer.id);
   if (it == buffers_.end())
     return absl::InvalidArgumentError("[vulkan] copy with an unknown buffer");
-  if (box.rank() != region.extent.rank() || !region.extent.contains(box))
-    return absl::InvalidArgumentError(absl::StrCat("[vulkan] copy of box ", box.to_string(),
-                                                   " outside the region ",
-                                                   region.extent.to_string()));
-  const int64_t size = dtype_size(region.dtype);
-  if (region.offset_bytes < 0 ||
-      region.offset_bytes + region.extent.volume() * size > it->second.bytes)
-    return absl::InvalidArgumentError("[vulkan] copy region past the end of its buffer");
-  if (box.empty()) return absl::OkStatus();
-  if (absl::Status st = wait(); !st.ok()) return st;  // copies take effect in call order
-  const int rank = box.rank();
-  int inner = std::max(rank - 1, 0);  // axes after `inner` are whole in the box
-  while (inner > 0 && box.extent(inner) == region.extent.extent(inner)) --inner;
-  int64_t run = 1;
-  for (int d = inner; d < rank; ++d) run *= box.extent(d);
-  std::array<int64_t, kMaxRank> strides{};  // row-major strides of the region, in elements
-  int64_t s = 1;
-  for (int d = rank - 1; d >= 0; --d)
-    strides[static_cast<size_t>(d)] = s, s *= region.extent.extent(d);
-  const int64_t runs = rank == 0 ? 1 : box.volume() / run;
-  std::array<int64_t, kMaxRank> idx{};
+  if (!box.empty())
+    if (absl::Status st = wait(); !st.ok()) return st;  // copies take effect in call order
+  std::byte* mapped = it->second.mapped;
   auto* bytes = static_cast<std::byte*>(host);
-  for (int64_t r = 0; r < runs; ++r) {
-    int64_t rem = r, offset = 0;
-    for (int d = inner - 1; d >= 0; --d) {
-      idx[static_cast<size_t>(d)] = box.begin(d) + rem % box.extent(d);
-      rem /= box.extent(d);
-    }
-    for (int d = 0; d < rank; ++d) {
-      const int64_t i = d < inner ? idx[static_cast<size_t>(d)] : box.begin(d);
-      offset += (i - region.extent.begin(d)) * strides[static_cast<size_t>(d)];
-    }
-    std::byte* device = it->second.mapped + region.offset_bytes + offset * size;
-    std::byte* dense = bytes + r * run * size;
-    const size_t n = static_cast<size_t>(run * size);
-    in ? std::memcpy(device, dense, n) : std::memcpy(dense, device, n);
-  }
-  return absl::OkStatus();
+  return gpu::for_each_box_run("vulkan", region, box, it->second.bytes, [&](int64_t at, int64_t dense, int64_t n) {
+    in ? std::memcpy(mapped + at, bytes + dense, static_cast<size_t>(n))
+       : std::memcpy(bytes + dense, mapped + at, static_cast<size_t>(n));
+    return absl::OkStatus();
+  });
 }
 
 absl::StatusOr<std::pair<Binding, int64_t>> VulkanBackend::window(const TensorView& view) {

@@ -9,22 +9,13 @@
 #include <iterator>
 
 #include "absl/strings/str_cat.h"
+#include "backends/gpu/device_copies.h"
 #include "backends/vulkan/glsl_compiler.h"
 
 namespace tessera::vulkan {
 
 std::string vk_error(const char* what, VkResult result) {
   return absl::StrCat("[vulkan] ", what, " failed (VkResult ", static_cast<int>(result), ")");
-}
-
-std::filesystem::path cache_dir() {
-  if (const char* dir = std::getenv("TESSERA_CACHE_DIR"); dir != nullptr && *dir)
-    return std::filesystem::path(dir) / "vulkan";
-  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg)
-    return std::filesystem::path(xdg) / "tessera" / "vulkan";
-  if (const char* home = std::getenv("HOME"); home != nullptr && *home)
-    return std::filesystem::path(home) / ".cache" / "tessera" / "vulkan";
-  return std::filesystem::temp_directory_path() / "tessera" / "vulkan";
 }
 
 namespace {
@@ -271,7 +262,7 @@ absl::StatusOr<const Pipeline*> Device::pipeline(const std::string& glsl, uint32
     return &it->second;
   }
   const std::filesystem::path file =
-      cache_dir() / absl::StrCat(absl::Hex(hash, absl::kZeroPad16), ".spv");
+      gpu::kernel_cache_dir("vulkan") / absl::StrCat(absl::Hex(hash, absl::kZeroPad16), ".spv");
   if (std::vector<uint32_t> spirv = read_spirv(file); !spirv.empty()) {
     if (absl::StatusOr<Pipeline> p = make_pipeline(spirv, bindings); p.ok()) {
       stats.kernels_loaded += 1;
