@@ -1,20 +1,24 @@
 // LLM throughput on this machine, for each GGUF model given, with each thread count: prefill of
 // 128 and of 512 tokens (each from an empty context), greedy decode at context 128 and 1024;
-// not a test. When .venv/bin/python has llama-cpp-python, llama.cpp runs the same measurements
-// on the same files with the same thread count (bench/peer_llama_cpp.py, one subprocess per
-// round), alternating round by round with ours so that both see the same machine load. Prints
-// min and median over the rounds, the load average seen and the decode bandwidth bound: the
-// weight bytes one decoded token reads, over the read bandwidth measured in this run (a read
-// loop over a 1 GiB huge-page buffer with the same thread count).
-// Then, per model, for the last session: the planner's share of a decode step, the plan cache's
-// hits and the time of a read that needs no recomputation.
+// not a test. Peers run the same measurements on the same files with the same thread count in
+// Python subprocesses (.venv/bin/python): llama.cpp through llama-cpp-python
+// (bench/peer_llama_cpp.py) and, on request, PyTorch + transformers loading the GGUF file
+// dequantised to float32 (bench/peer_transformers.py). Each loads the model once, then rounds
+// alternate (ours, then each peer's) so that all see the same machine load. Prints min and
+// median over the rounds, the load average seen and the decode bandwidth bound: the weight bytes
+// one decoded token reads over the read bandwidth measured in this run (a read loop over a 1 GiB
+// huge-page buffer with the same thread count). Then, per model, for the last session: the
+// planner's share of a decode step, the plan cache's hits and the time of a read that needs no
+// recomputation.
 //
-//   llm_bench [--threads LIST] [--rounds R] [--steps S] [--no-peer] [--mapped-weights] MODEL.gguf...
+//   llm_bench [--threads LIST] [--rounds R] [--steps S] [--peers LIST] [--mapped-weights] MODEL.gguf...
 //
 // Our linear kernels read TESSERA_LINEAR from the environment (int8 activations by default,
 // f32 for the precise path); the header says which one ran.
 #include <immintrin.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -170,36 +174,90 @@ std::pair<double, double> noop_reads(GraphSession& s, NodeId node, int64_t t, in
   return {min_of(times), median_of(times)};
 }
 
-// One round of the llama.cpp peer; false when it failed (not installed, crashed).
-bool run_peer(const std::string& model, int threads, int steps, Figures& out) {
-  const std::string command = absl::StrCat(".venv/bin/python bench/peer_llama_cpp.py --raw --threads ", threads,
-                                           " --steps ", steps, " '", model, "' 2>/dev/null");
-  std::FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return false;
-  char line[1024];
-  bool parsed = false;
-  while (std::fgets(line, sizeof(line), pipe) != nullptr) {
-    std::istringstream in(line);
-    if (in >> out.prefill128 >> out.prefill512 >> out.decode128 >> out.decode1024) parsed = true;
+// A peer engine in a Python subprocess (bench/peer_*.py --serve): it loads the model once, then
+// measures one round per line written to its stdin and answers one line of four seconds.
+class Peer {
+ public:
+  Peer(const std::string& script, const std::string& model, int threads, int steps) {
+    int to_child[2], from_child[2];
+    if (pipe(to_child) != 0) return;
+    if (pipe(from_child) != 0) {
+      close(to_child[0]);
+      close(to_child[1]);
+      return;
+    }
+    const std::string threads_arg = std::to_string(threads), steps_arg = std::to_string(steps);
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(to_child[0], 0);
+      dup2(from_child[1], 1);
+      const int null = open("/dev/null", O_WRONLY);
+      if (null >= 0) dup2(null, 2);  // progress bars and warnings
+      for (int fd : {to_child[0], to_child[1], from_child[0], from_child[1]}) close(fd);
+      execl(".venv/bin/python", ".venv/bin/python", script.c_str(), "--serve", "--threads", threads_arg.c_str(),
+            "--steps", steps_arg.c_str(), model.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    close(to_child[0]);
+    close(from_child[1]);
+    to_ = fdopen(to_child[1], "w");
+    from_ = fdopen(from_child[0], "r");
+    char line[256];
+    ready_ = pid_ > 0 && to_ != nullptr && from_ != nullptr && std::fgets(line, sizeof(line), from_) != nullptr &&
+             std::strncmp(line, "ready", 5) == 0;
   }
-  return pclose(pipe) == 0 && parsed;
-}
+  ~Peer() {
+    if (to_ != nullptr) std::fclose(to_);  // end of input: the peer exits
+    if (from_ != nullptr) std::fclose(from_);
+    if (pid_ > 0) waitpid(pid_, nullptr, 0);
+  }
+  Peer(const Peer&) = delete;
+  Peer& operator=(const Peer&) = delete;
+
+  bool ready() const { return ready_; }
+
+  // One round; false (and the peer is no longer ready) when it failed.
+  bool round(Figures& out) {
+    char line[1024];
+    ready_ = ready_ && std::fputs("go\n", to_) >= 0 && std::fflush(to_) == 0 &&
+             std::fgets(line, sizeof(line), from_) != nullptr &&
+             std::sscanf(line, "%lf %lf %lf %lf", &out.prefill128, &out.prefill512, &out.decode128, &out.decode1024) == 4;
+    return ready_;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  std::FILE* to_ = nullptr;
+  std::FILE* from_ = nullptr;
+  bool ready_ = false;
+};
+
+struct PeerKind {
+  const char* label;   // in the table
+  const char* script;  // under bench/
+  const char* module;  // that the Python must import
+};
+constexpr PeerKind kPeers[] = {{"llama.cpp", "bench/peer_llama_cpp.py", "llama_cpp"},
+                               {"torch", "bench/peer_transformers.py", "transformers"}};
 
 struct Options {
   std::vector<int> threads = {1, 2};
   int rounds = 3, steps = 16;
-  bool peer = true, huge_pages = true;
+  std::vector<std::string> peers = {"llama.cpp"};
+  bool huge_pages = true;
   std::vector<std::string> models;
 };
 
 void print_usage(std::FILE* f) {
   std::fprintf(f,
-               "usage: llm_bench [--threads LIST] [--rounds R] [--steps S] [--no-peer] [--mapped-weights] "
+               "usage: llm_bench [--threads LIST] [--rounds R] [--steps S] [--peers LIST] [--mapped-weights] "
                "MODEL.gguf...\n"
                "  --threads LIST   comma-separated thread counts (default 1,2)\n"
                "  --rounds R       rounds of (ours, llama.cpp) per model and thread count (default 3), after a warm-up\n"
                "  --steps S        decode steps averaged per context (default 16)\n"
-               "  --no-peer        skip llama.cpp (bench/peer_llama_cpp.py through .venv/bin/python)\n"
+               "  --peers LIST     peers run by .venv/bin/python, alternating rounds with ours: llama.cpp\n"
+               "                   (bench/peer_llama_cpp.py), torch (transformers, float32: bench/peer_transformers.py);\n"
+               "                   default llama.cpp; --no-peer: none\n"
                "  --mapped-weights read weights from the file mapping instead of huge-page copies\n"
                "Prefill 128 and 512 tokens, decode at context 128 and 1024 (tokens/s, min and median over\n"
                "rounds), the decode bandwidth bound, the planner's share of a decode step, plan cache hits\n"
@@ -213,11 +271,21 @@ bool parse(int argc, char** argv, Options& o) {
       print_usage(stdout);
       std::exit(0);
     } else if (arg == "--no-peer") {
-      o.peer = false;
+      o.peers.clear();
     } else if (arg == "--mapped-weights") {
       o.huge_pages = false;
-    } else if ((arg == "--threads" || arg == "--rounds" || arg == "--steps") && i + 1 < argc) {
+    } else if ((arg == "--threads" || arg == "--rounds" || arg == "--steps" || arg == "--peers") && i + 1 < argc) {
       const char* v = argv[++i];
+      if (arg == "--peers") {
+        o.peers.clear();
+        std::stringstream list(v);
+        for (std::string item; std::getline(list, item, ',');) {
+          if (item == "none") continue;
+          if (std::none_of(std::begin(kPeers), std::end(kPeers), [&](const PeerKind& k) { return item == k.label; }))
+            return false;
+          o.peers.push_back(item);
+        }
+      }
       if (arg == "--rounds") o.rounds = std::max(1, std::atoi(v));
       if (arg == "--steps") o.steps = std::max(1, std::atoi(v));
       if (arg == "--threads") {
@@ -247,9 +315,13 @@ int main(int argc, char** argv) {
     print_usage(stderr);
     return 2;
   }
-  bool peer = options.peer && access(".venv/bin/python", X_OK) == 0 &&
-              std::system(".venv/bin/python -c 'import llama_cpp' >/dev/null 2>&1") == 0;
-  if (options.peer && !peer) std::fprintf(stderr, "llama.cpp peer unavailable (.venv/bin/python -c 'import llama_cpp' fails)\n");
+  std::vector<PeerKind> peers;  // those whose module imports
+  for (const PeerKind& kind : kPeers) {
+    if (std::find(options.peers.begin(), options.peers.end(), kind.label) == options.peers.end()) continue;
+    const std::string check = absl::StrCat(".venv/bin/python -c 'import ", kind.module, "' >/dev/null 2>&1");
+    if (access(".venv/bin/python", X_OK) == 0 && std::system(check.c_str()) == 0) peers.push_back(kind);
+    else std::fprintf(stderr, "%s peer unavailable (%s fails)\n", kind.label, check.c_str());
+  }
   const char* linear = std::getenv("TESSERA_LINEAR");
   std::vector<double> loads = {load_average()};
   std::vector<double> bandwidth;
@@ -282,7 +354,14 @@ int main(int argc, char** argv) {
         session_options.pool = MemoryPool::create(MemoryPoolOptions{.huge_page_weights = options.huge_pages});
         s.reset();
         s = model->new_session(session_options);
-        std::vector<Figures> ours, theirs;
+        std::vector<Figures> ours;
+        std::vector<std::vector<Figures>> theirs(peers.size());
+        std::vector<std::unique_ptr<Peer>> running;
+        for (const PeerKind& kind : peers) {
+          std::fprintf(stderr, "%s, %d thread(s): loading in %s\n", path.c_str(), options.threads[t], kind.script);
+          running.push_back(std::make_unique<Peer>(kind.script, path, options.threads[t], options.steps));
+          if (!running.back()->ready()) std::fprintf(stderr, "%s did not start\n", kind.script);
+        }
         measure(*s, corpus, vocab, 2, plan_128, plan_1024);  // warm-up: compiles the plans
         plan_128.clear();
         plan_1024.clear();
@@ -291,9 +370,11 @@ int main(int argc, char** argv) {
           std::fprintf(stderr, "%s, %d thread(s): round %d/%d (load %.2f)\n", path.c_str(), options.threads[t],
                        round + 1, options.rounds, loads.back());
           ours.push_back(measure(*s, corpus, vocab, options.steps, plan_128, plan_1024));
-          Figures f;
-          if (peer && run_peer(path, options.threads[t], options.steps, f)) theirs.push_back(f);
-          else if (peer) std::fprintf(stderr, "peer_llama_cpp.py failed (round %d)\n", round + 1);
+          for (size_t p = 0; p < running.size(); ++p) {
+            Figures f;
+            if (running[p]->round(f)) theirs[p].push_back(f);
+            else if (running[p]->ready()) std::fprintf(stderr, "%s failed (round %d)\n", peers[p].script, round + 1);
+          }
         }
         auto row = [&](const char* engine, const std::vector<Figures>& figures) {
           if (figures.empty()) return;
@@ -310,7 +391,7 @@ int main(int argc, char** argv) {
           std::printf(" |\n");
         };
         row("tessera", ours);
-        row("llama.cpp", theirs);
+        for (size_t p = 0; p < peers.size(); ++p) row(peers[p].label, theirs[p]);
         std::printf("%3d %-9s | %15s | %15s | %15s | %15s | %6.1f tokens/s\n", options.threads[t], "bound", "", "", "",
                     "", bandwidth[t] / weight_bytes);
       }

@@ -6,8 +6,9 @@ installed, e.g.
     .venv/bin/python bench/peer_llama_cpp.py [--threads N] [--steps S] [--raw] models/*.gguf
 --threads N  llama.cpp threads for both decode and batches (default 2)
 --steps S    decode steps averaged per context (default 16)
---raw        one line per model, "prefill128 prefill512 decode128 decode1024" in seconds (per
-             prefill, per token for decode): what llm_bench reads when it runs this peer
+--serve      (one model) load once, then measure once per line read on stdin and print one line
+             "prefill128 prefill512 decode128 decode1024" in seconds (per prefill, per token for
+             decode): how llm_bench runs it, alternating rounds with its own
 """
 import argparse
 import sys
@@ -42,11 +43,15 @@ def prefill(llm, ids):
     return time.perf_counter() - start
 
 
-def measure(path, threads, steps):
+def load(path, threads):
     llm = Llama(model_path=path, n_ctx=1280, n_threads=threads, n_threads_batch=threads, n_batch=512,
                 n_ubatch=512, logits_all=False, verbose=False)
     corpus = llm.tokenize((TEXT * 120).encode(), add_bos=True)[:1024]
-    llm.eval(corpus[:16])  # warm-up
+    measure(llm, corpus, 2)  # warm-up
+    return llm, corpus
+
+
+def measure(llm, corpus, steps):
     p128 = prefill(llm, corpus[:128])
     d128 = decode(llm, steps)
     p512 = prefill(llm, corpus[:512])
@@ -59,14 +64,17 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--steps", type=int, default=16)
-    parser.add_argument("--raw", action="store_true")
+    parser.add_argument("--serve", action="store_true")
     parser.add_argument("models", nargs="+")
     args = parser.parse_args()
+    if args.serve:
+        llm, corpus = load(args.models[0], args.threads)
+        print("ready", flush=True)
+        for _ in sys.stdin:
+            print(" ".join(f"{t:.9f}" for t in measure(llm, corpus, args.steps)), flush=True)
+        return 0
     for path in args.models:
-        p128, p512, d128, d1024 = measure(path, args.threads, args.steps)
-        if args.raw:
-            print(f"{p128:.9f} {p512:.9f} {d128:.9f} {d1024:.9f}", flush=True)
-            continue
+        p128, p512, d128, d1024 = measure(*load(path, args.threads), args.steps)
         print(f"{path} (llama.cpp {llama_cpp.__version__} via llama-cpp-python, {args.threads} threads)")
         print(f"  prefill 128 tokens:        {128 / p128:8.1f} tokens/s  ({p128:.3f} s)")
         print(f"  prefill 512 tokens:        {512 / p512:8.1f} tokens/s  ({p512:.3f} s)")
