@@ -179,9 +179,11 @@ std::pair<double, double> noop_reads(GraphSession& s, NodeId node, int64_t t, in
 class Peer {
  public:
   Peer(const std::string& script, const std::string& model, int threads, int steps) {
+    // Close-on-exec: a later peer must not inherit this one's pipe ends (its stdin would then
+    // never see end-of-file). dup2 clears the flag on the child's stdin and stdout.
     int to_child[2], from_child[2];
-    if (pipe(to_child) != 0) return;
-    if (pipe(from_child) != 0) {
+    if (pipe2(to_child, O_CLOEXEC) != 0) return;
+    if (pipe2(from_child, O_CLOEXEC) != 0) {
       close(to_child[0]);
       close(to_child[1]);
       return;
