@@ -26,7 +26,7 @@ def parse_llm(path):
     bound = re.compile(r"^\s*(\d+) bound .*\|\s*([\d.]+) tokens/s")
     for line in open(path):
         if line.startswith("models/") or line.endswith(".gguf\n"):
-            model = os.path.basename(line.split()[0]).split(".")[0].split("-Instruct")[0]
+            model = re.sub(r"(-Instruct)?[.-]([Qq]\d.*)?gguf$", "", os.path.basename(line.split()[0]))
         elif m := row.match(line):
             values = [float(v) for v in m.groups()[2:]]
             figures.setdefault((model, int(m[1])), {})[m[2]] = list(zip(values[::2], values[1::2]))
@@ -83,7 +83,7 @@ def main():
         series = {e: [llm[k][e][column] if e in llm[k] else None for k in keys] for e in engines}
         series["bound (bandwidth)"] = [(llm[k]["bound"],) if "bound" in llm[k] else None for k in keys]
         bars(ax, groups, series, "tokens/s", title)
-    labels = [f"{net}\n{t} thr" for net, t, *_ in conv]
+    labels = [f"{net.replace('taef2_', 'taef2 ')}\n{t} thr" for net, t, *_ in conv]
     bars(axes[2], labels, {"tessera full": [r[2] for r in conv], "torch full": [r[3] for r in conv],
                            "tessera edit": [r[4] for r in conv]}, "ms (log)", "conv nets: full forward vs edit",
          log=True)
