@@ -1,16 +1,37 @@
-// LLM throughput on this machine: prefill of 128 tokens, decode at context 128 and at context
-// 1024, for each GGUF model given on the command line. Prints tokens/s, the planner's share of
-// a decode step (region analysis + plan lookup), the plan cache's hits, and the time of a read
-// that needs no recomputation; not a test.
+// LLM throughput on this machine, for each GGUF model given, with each thread count: prefill of
+// 128 and of 512 tokens (each from an empty context), greedy decode at context 128 and 1024;
+// not a test. Peers run the same measurements on the same files with the same thread count in
+// Python subprocesses (.venv/bin/python): llama.cpp through llama-cpp-python
+// (bench/peer_llama_cpp.py) and, on request, PyTorch + transformers loading the GGUF file
+// dequantised to float32 (bench/peer_transformers.py). Each loads the model once, then rounds
+// alternate (ours, then each peer's) so that all see the same machine load. Prints min and
+// median over the rounds, the load average seen and the decode bandwidth bound: the weight bytes
+// one decoded token reads over the read bandwidth measured in this run (a read loop over a 1 GiB
+// huge-page buffer with the same thread count). Then, per model, for the last session: the
+// planner's share of a decode step, the plan cache's hits and the time of a read that needs no
+// recomputation.
 //
-//   llm_bench models/SmolLM2-135M-Instruct.Q4_1.gguf models/gemma-3-270m-q4_k_m.gguf
+//   llm_bench [--threads LIST] [--rounds R] [--steps S] [--peers LIST] [--mapped-weights] MODEL.gguf...
+//
+// Our linear kernels read TESSERA_LINEAR from the environment (int8 activations by default,
+// f32 for the precise path); the header says which one ran.
+#include <immintrin.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "loaders/llm.h"
 #include "loaders/tokenizer.h"
 
@@ -22,15 +43,85 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-double median(std::vector<double> v) {
+double min_of(const std::vector<double>& v) { return v.empty() ? 0 : *std::min_element(v.begin(), v.end()); }
+double median_of(std::vector<double> v) {
+  if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
-// Decodes `steps` greedy tokens after position t - 1; returns seconds per token. Appends the
+double load_average() {
+  double load[1] = {0};
+  return getloadavg(load, 1) == 1 ? load[0] : -1;
+}
+
+// ---- read bandwidth --------------------------------------------------------------------------
+
+volatile uint64_t g_sink = 0;
+
+__attribute__((target("avx2"))) uint64_t sum_avx2(const std::byte* p, size_t bytes) {
+  __m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
+  for (size_t i = 0; i + 128 <= bytes; i += 128) {
+    a = _mm256_add_epi64(a, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i)));
+    b = _mm256_add_epi64(b, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
+    c = _mm256_add_epi64(c, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 64)));
+    d = _mm256_add_epi64(d, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 96)));
+  }
+  const __m256i s = _mm256_add_epi64(_mm256_add_epi64(a, b), _mm256_add_epi64(c, d));
+  alignas(32) uint64_t lanes[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), s);
+  return lanes[0] + lanes[1] + lanes[2] + lanes[3];
+}
+
+// Bytes per second of reading a 1 GiB buffer of transparent huge pages, split across `threads`
+// threads; the best of `passes`.
+double read_bandwidth(int threads, int passes) {
+  constexpr size_t kBytes = size_t{1} << 30, kHuge = size_t{2} << 20;
+  std::byte* buffer = static_cast<std::byte*>(std::aligned_alloc(kHuge, kBytes));
+  if (buffer == nullptr) return 0;
+  madvise(buffer, kBytes, MADV_HUGEPAGE);
+  std::memset(buffer, 1, kBytes);
+  double best = 0;
+  std::vector<uint64_t> sums(static_cast<size_t>(threads));
+  for (int pass = 0; pass < passes; ++pass) {
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<std::thread> team;
+    const size_t share = kBytes / static_cast<size_t>(threads);
+    for (int t = 0; t < threads; ++t)
+      team.emplace_back([&, t] { sums[static_cast<size_t>(t)] = sum_avx2(buffer + share * static_cast<size_t>(t), share); });
+    for (std::thread& member : team) member.join();
+    best = std::max(best, static_cast<double>(kBytes) / seconds_since(start));
+  }
+  for (uint64_t s : sums) g_sink = g_sink + s;  // the sums are used: the loads stay
+  std::free(buffer);
+  return best;
+}
+
+// Weight bytes a decode step reads: every tensor of the file once (the linear weights, norms),
+// except that an untied token embedding is read one row at a time (a tied one is also the output
+// projection, read whole).
+double decode_weight_bytes(const LlmModel& model) {
+  double bytes = 0;
+  for (const GgufTensor& t : model.file().tensors()) {
+    if (t.name == "token_embd.weight" && !model.config().tied_output)
+      bytes += static_cast<double>(t.row_bytes());
+    else
+      bytes += static_cast<double>(t.size_bytes);
+  }
+  return bytes;
+}
+
+// ---- our measurements ------------------------------------------------------------------------
+
+struct Figures {
+  double prefill128 = 0, prefill512 = 0, decode128 = 0, decode1024 = 0;  // seconds (per token for decode)
+};
+
+// Greedy decode of `steps` tokens after the ids [0, t); returns seconds per token. Appends the
 // planning seconds of every step to `plan_seconds`.
-double decode(GraphSession& s, std::vector<int32_t>& ids, int64_t vocab, int steps, std::vector<double>& plan_seconds) {
-  std::vector<float> row = s.read<float>("logits", Box{{static_cast<int64_t>(ids.size()) - 1, static_cast<int64_t>(ids.size())}, {0, vocab}});
+double decode(GraphSession& s, std::vector<int32_t> ids, int64_t vocab, int steps, std::vector<double>& plan_seconds) {
+  const int64_t last = static_cast<int64_t>(ids.size()) - 1;
+  std::vector<float> row = s.read<float>("logits", Box{{last, last + 1}, {0, vocab}});
   double total = 0;
   for (int i = 0; i < steps; ++i) {
     int32_t next = 0;
@@ -47,6 +138,26 @@ double decode(GraphSession& s, std::vector<int32_t>& ids, int64_t vocab, int ste
   return total / steps;
 }
 
+// Writes ids [0, n) (everything after them becomes stale) and reads logits row n - 1.
+double prefill(GraphSession& s, const std::vector<int32_t>& corpus, int64_t n, int64_t vocab) {
+  const auto start = std::chrono::steady_clock::now();
+  s.write("ids", Box{{0, n}}, std::vector<int32_t>(corpus.begin(), corpus.begin() + n));
+  s.read<float>("logits", Box{{n - 1, n}, {0, vocab}});
+  return seconds_since(start);
+}
+
+Figures measure(GraphSession& s, const std::vector<int32_t>& corpus, int64_t vocab, int steps,
+                std::vector<double>& plan_128, std::vector<double>& plan_1024) {
+  Figures f;
+  f.prefill128 = prefill(s, corpus, 128, vocab);
+  f.decode128 = decode(s, {corpus.begin(), corpus.begin() + 128}, vocab, steps, plan_128);
+  f.prefill512 = prefill(s, corpus, 512, vocab);
+  s.write("ids", Box{{512, 1024}}, std::vector<int32_t>(corpus.begin() + 512, corpus.begin() + 1024));
+  s.read<float>("logits", Box{{1023, 1024}, {0, vocab}});
+  f.decode1024 = decode(s, {corpus.begin(), corpus.begin() + 1024}, vocab, steps, plan_1024);
+  return f;
+}
+
 // Reads row t of a kept node (the first layer's K: nothing to recompute) `n` times; returns
 // (min, median) seconds. (Logits are transient in LLM sessions: reading them again recomputes.)
 std::pair<double, double> noop_reads(GraphSession& s, NodeId node, int64_t t, int n) {
@@ -60,68 +171,237 @@ std::pair<double, double> noop_reads(GraphSession& s, NodeId node, int64_t t, in
     s.read_node(node, box, std::as_writable_bytes(std::span<float>(row)));
     times.push_back(seconds_since(start));
   }
-  return {*std::min_element(times.begin(), times.end()), median(times)};
+  return {min_of(times), median_of(times)};
 }
+
+// A peer engine in a Python subprocess (bench/peer_*.py --serve): it loads the model once, then
+// measures one round per line written to its stdin and answers one line of four seconds.
+class Peer {
+ public:
+  Peer(const std::string& script, const std::string& model, int threads, int steps) {
+    // Close-on-exec: a later peer must not inherit this one's pipe ends (its stdin would then
+    // never see end-of-file). dup2 clears the flag on the child's stdin and stdout.
+    int to_child[2], from_child[2];
+    if (pipe2(to_child, O_CLOEXEC) != 0) return;
+    if (pipe2(from_child, O_CLOEXEC) != 0) {
+      close(to_child[0]);
+      close(to_child[1]);
+      return;
+    }
+    const std::string threads_arg = std::to_string(threads), steps_arg = std::to_string(steps);
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(to_child[0], 0);
+      dup2(from_child[1], 1);
+      const int null = open("/dev/null", O_WRONLY);
+      if (null >= 0) dup2(null, 2);  // progress bars and warnings
+      for (int fd : {to_child[0], to_child[1], from_child[0], from_child[1]}) close(fd);
+      execl(".venv/bin/python", ".venv/bin/python", script.c_str(), "--serve", "--threads", threads_arg.c_str(),
+            "--steps", steps_arg.c_str(), model.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    close(to_child[0]);
+    close(from_child[1]);
+    to_ = fdopen(to_child[1], "w");
+    from_ = fdopen(from_child[0], "r");
+    char line[256];
+    ready_ = pid_ > 0 && to_ != nullptr && from_ != nullptr && std::fgets(line, sizeof(line), from_) != nullptr &&
+             std::strncmp(line, "ready", 5) == 0;
+  }
+  ~Peer() {
+    if (to_ != nullptr) std::fclose(to_);  // end of input: the peer exits
+    if (from_ != nullptr) std::fclose(from_);
+    if (pid_ > 0) waitpid(pid_, nullptr, 0);
+  }
+  Peer(const Peer&) = delete;
+  Peer& operator=(const Peer&) = delete;
+
+  bool ready() const { return ready_; }
+
+  // One round; false (and the peer is no longer ready) when it failed.
+  bool round(Figures& out) {
+    char line[1024];
+    ready_ = ready_ && std::fputs("go\n", to_) >= 0 && std::fflush(to_) == 0 &&
+             std::fgets(line, sizeof(line), from_) != nullptr &&
+             std::sscanf(line, "%lf %lf %lf %lf", &out.prefill128, &out.prefill512, &out.decode128, &out.decode1024) == 4;
+    return ready_;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  std::FILE* to_ = nullptr;
+  std::FILE* from_ = nullptr;
+  bool ready_ = false;
+};
+
+struct PeerKind {
+  const char* label;   // in the table
+  const char* script;  // under bench/
+  const char* module;  // that the Python must import
+};
+constexpr PeerKind kPeers[] = {{"llama.cpp", "bench/peer_llama_cpp.py", "llama_cpp"},
+                               {"torch", "bench/peer_transformers.py", "transformers"}};
+
+struct Options {
+  std::vector<int> threads = {1, 2};
+  int rounds = 3, steps = 16;
+  std::vector<std::string> peers = {"llama.cpp"};
+  bool huge_pages = true;
+  std::vector<std::string> models;
+};
+
+void print_usage(std::FILE* f) {
+  std::fprintf(f,
+               "usage: llm_bench [--threads LIST] [--rounds R] [--steps S] [--peers LIST] [--mapped-weights] "
+               "MODEL.gguf...\n"
+               "  --threads LIST   comma-separated thread counts (default 1,2)\n"
+               "  --rounds R       rounds of (ours, llama.cpp) per model and thread count (default 3), after a warm-up\n"
+               "  --steps S        decode steps averaged per context (default 16)\n"
+               "  --peers LIST     peers run by .venv/bin/python, alternating rounds with ours: llama.cpp\n"
+               "                   (bench/peer_llama_cpp.py), torch (transformers, float32: bench/peer_transformers.py);\n"
+               "                   default llama.cpp; --no-peer: none\n"
+               "  --mapped-weights read weights from the file mapping instead of huge-page copies\n"
+               "Prefill 128 and 512 tokens, decode at context 128 and 1024 (tokens/s, min and median over\n"
+               "rounds), the decode bandwidth bound, the planner's share of a decode step, plan cache hits\n"
+               "and the time of a read with nothing to do.\n");
+}
+
+bool parse(int argc, char** argv, Options& o) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      print_usage(stdout);
+      std::exit(0);
+    } else if (arg == "--no-peer") {
+      o.peers.clear();
+    } else if (arg == "--mapped-weights") {
+      o.huge_pages = false;
+    } else if ((arg == "--threads" || arg == "--rounds" || arg == "--steps" || arg == "--peers") && i + 1 < argc) {
+      const char* v = argv[++i];
+      if (arg == "--peers") {
+        o.peers.clear();
+        std::stringstream list(v);
+        for (std::string item; std::getline(list, item, ',');) {
+          if (item == "none") continue;
+          if (std::none_of(std::begin(kPeers), std::end(kPeers), [&](const PeerKind& k) { return item == k.label; }))
+            return false;
+          o.peers.push_back(item);
+        }
+      }
+      if (arg == "--rounds") o.rounds = std::max(1, std::atoi(v));
+      if (arg == "--steps") o.steps = std::max(1, std::atoi(v));
+      if (arg == "--threads") {
+        o.threads.clear();
+        std::stringstream list(v);
+        for (std::string item; std::getline(list, item, ',');)
+          if (std::atoi(item.c_str()) > 0) o.threads.push_back(std::atoi(item.c_str()));
+        if (o.threads.empty()) return false;
+      }
+    } else if (!arg.empty() && arg[0] != '-') {
+      o.models.push_back(arg);
+    } else {
+      return false;
+    }
+  }
+  return !o.models.empty();
+}
+
+// tokens/s from seconds: `tokens` / seconds.
+double rate(double seconds, double tokens) { return seconds > 0 ? tokens / seconds : 0; }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2 || std::strcmp(argv[1], "--help") == 0) {
-    std::fprintf(argc < 2 ? stderr : stdout,
-                 "usage: llm_bench [--mapped-weights] MODEL.gguf [MODEL.gguf ...]\n"
-                 "--mapped-weights: read weights from the file mapping instead of huge-page copies.\n"
-                 "Prefill 128 tokens, decode at context 128 and 1024; prints tokens/s, the planner's\n"
-                 "share of a decode step, plan cache hits and the time of a read with nothing to do.\n");
-    return argc < 2 ? 2 : 0;
+  Options options;
+  if (!parse(argc, argv, options)) {
+    print_usage(stderr);
+    return 2;
   }
-  bool huge_pages = true;
+  std::vector<PeerKind> peers;  // those whose module imports
+  for (const PeerKind& kind : kPeers) {
+    if (std::find(options.peers.begin(), options.peers.end(), kind.label) == options.peers.end()) continue;
+    const std::string check = absl::StrCat(".venv/bin/python -c 'import ", kind.module, "' >/dev/null 2>&1");
+    if (access(".venv/bin/python", X_OK) == 0 && std::system(check.c_str()) == 0) peers.push_back(kind);
+    else std::fprintf(stderr, "%s peer unavailable (%s fails)\n", kind.label, check.c_str());
+  }
+  const char* linear = std::getenv("TESSERA_LINEAR");
+  std::vector<double> loads = {load_average()};
+  std::vector<double> bandwidth;
+  for (int threads : options.threads) bandwidth.push_back(read_bandwidth(threads, 5));
+  std::printf("LLM figures, tokens/s as min-time / median-time rounds (%d rounds, %d decode steps each); our linear "
+              "kernels: TESSERA_LINEAR=%s\n",
+              options.rounds, options.steps, linear != nullptr && *linear != '\0' ? linear : "(unset: int8)");
+  for (size_t t = 0; t < options.threads.size(); ++t)
+    std::printf("read bandwidth, %d thread(s): %.1f GB/s (1 GiB huge-page buffer, best of 5)\n", options.threads[t],
+                bandwidth[t] * 1e-9);
   try {
-    for (int m = 1; m < argc; ++m) {
-      if (std::strcmp(argv[m], "--mapped-weights") == 0) {
-        huge_pages = false;
-        continue;
-      }
-      auto model = LlmModel::load(argv[m], 1100);
+    for (const std::string& path : options.models) {
+      auto model = LlmModel::load(path, 1100);
       Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
       const int64_t vocab = model->config().vocab;
       std::string text;
       while (static_cast<int64_t>(tokenizer.encode(text, true, false).size()) < 1100)
         text += "The quick brown fox jumps over the lazy dog while the engine keeps what it computed. ";
-      std::vector<int32_t> corpus = tokenizer.encode(text, true, false);
-
-      SessionOptions options;
-      options.pool = MemoryPool::create(MemoryPoolOptions{.huge_page_weights = huge_pages});
-      auto s = model->new_session(options);
-      std::vector<int32_t> ids(corpus.begin(), corpus.begin() + 128);
-      auto start = std::chrono::steady_clock::now();
-      s->write("ids", Box{{0, 128}}, ids);
-      s->read<float>("logits", Box{{127, 128}, {0, vocab}});
-      const double prefill = seconds_since(start);
+      const std::vector<int32_t> corpus = tokenizer.encode(text, true, false);
+      const double weight_bytes = decode_weight_bytes(*model);
+      std::printf("\n%s (%s, %lld layers): %.1f MB of weights read per decoded token\n", path.c_str(),
+                  model->config().arch_name.c_str(), static_cast<long long>(model->config().layers), weight_bytes * 1e-6);
+      std::printf("%3s %-9s | %-15s | %-15s | %-15s | %-15s | %s\n", "thr", "engine", "prefill 128", "prefill 512",
+                  "decode @128", "decode @1024", "decode bound");
+      std::unique_ptr<GraphSession> s;
       std::vector<double> plan_128, plan_1024;
-      const double decode_128 = decode(*s, ids, vocab, 16, plan_128);
-
-      // Grow the context to 1024 (a second prefill of the remaining rows), then decode.
-      ids.assign(corpus.begin(), corpus.begin() + 1024);
-      start = std::chrono::steady_clock::now();
-      s->write("ids", Box{{128, 1024}}, std::vector<int32_t>(ids.begin() + 128, ids.end()));
-      s->read<float>("logits", Box{{1023, 1024}, {0, vocab}});
-      const double prefill_896 = seconds_since(start);
-      const double decode_1024 = decode(*s, ids, vocab, 16, plan_1024);
-      const auto [noop_min, noop_median] = noop_reads(*s, model->keys()[0].id, static_cast<int64_t>(ids.size()) - 1, 200);
+      for (size_t t = 0; t < options.threads.size(); ++t) {
+        SessionOptions session_options;
+        session_options.threads = options.threads[t];
+        session_options.pool = MemoryPool::create(MemoryPoolOptions{.huge_page_weights = options.huge_pages});
+        s.reset();
+        s = model->new_session(session_options);
+        std::vector<Figures> ours;
+        std::vector<std::vector<Figures>> theirs(peers.size());
+        std::vector<std::unique_ptr<Peer>> running;
+        for (const PeerKind& kind : peers) {
+          std::fprintf(stderr, "%s, %d thread(s): loading in %s\n", path.c_str(), options.threads[t], kind.script);
+          running.push_back(std::make_unique<Peer>(kind.script, path, options.threads[t], options.steps));
+          if (!running.back()->ready()) std::fprintf(stderr, "%s did not start\n", kind.script);
+        }
+        measure(*s, corpus, vocab, 2, plan_128, plan_1024);  // warm-up: compiles the plans
+        plan_128.clear();
+        plan_1024.clear();
+        for (int round = 0; round < options.rounds; ++round) {
+          loads.push_back(load_average());
+          std::fprintf(stderr, "%s, %d thread(s): round %d/%d (load %.2f)\n", path.c_str(), options.threads[t],
+                       round + 1, options.rounds, loads.back());
+          ours.push_back(measure(*s, corpus, vocab, options.steps, plan_128, plan_1024));
+          for (size_t p = 0; p < running.size(); ++p) {
+            Figures f;
+            if (running[p]->round(f)) theirs[p].push_back(f);
+            else if (running[p]->ready()) std::fprintf(stderr, "%s failed (round %d)\n", peers[p].script, round + 1);
+          }
+        }
+        auto row = [&](const char* engine, const std::vector<Figures>& figures) {
+          if (figures.empty()) return;
+          std::printf("%3d %-9s", options.threads[t], engine);
+          const std::pair<double Figures::*, double> columns[] = {{&Figures::prefill128, 128},
+                                                                 {&Figures::prefill512, 512},
+                                                                 {&Figures::decode128, 1},
+                                                                 {&Figures::decode1024, 1}};
+          for (const auto& [field, tokens] : columns) {
+            std::vector<double> seconds;
+            for (const Figures& f : figures) seconds.push_back(f.*field);
+            std::printf(" | %6.1f / %6.1f", rate(min_of(seconds), tokens), rate(median_of(seconds), tokens));
+          }
+          std::printf(" |\n");
+        };
+        row("tessera", ours);
+        for (size_t p = 0; p < peers.size(); ++p) row(peers[p].label, theirs[p]);
+        std::printf("%3d %-9s | %15s | %15s | %15s | %15s | %6.1f tokens/s\n", options.threads[t], "bound", "", "", "",
+                    "", bandwidth[t] / weight_bytes);
+      }
+      const auto [noop_min, noop_median] = noop_reads(*s, model->keys()[0].id, 1023, 200);
       const PlanCacheStats& plans = s->stats().plans;
-
-      std::printf("%s (%s, %lld layers)\n", argv[m], model->config().arch_name.c_str(),
-                  static_cast<long long>(model->config().layers));
-      std::printf("  prefill 128 tokens:        %8.1f tokens/s  (%.3f s)\n", 128 / prefill, prefill);
-      std::printf("  decode at context 128:     %8.1f tokens/s  (%.2f ms/token)\n", 1 / decode_128, decode_128 * 1e3);
-      std::printf("  prefill 128 -> 1024:       %8.1f tokens/s  (%.3f s)\n", 896 / prefill_896, prefill_896);
-      std::printf("  decode at context 1024:    %8.1f tokens/s  (%.2f ms/token)\n", 1 / decode_1024, decode_1024 * 1e3);
-      std::printf("  planning per decode step:  %8.1f us at 128 (%.2f%%), %.1f us at 1024 (%.2f%%), median\n",
-                  median(plan_128) * 1e6, 100 * median(plan_128) / decode_128, median(plan_1024) * 1e6,
-                  100 * median(plan_1024) / decode_1024);
-      std::printf("  read with nothing to do:   %8.2f us min, %.2f us median (200 reads of a kept K row)\n", noop_min * 1e6,
-                  noop_median * 1e6);
-      std::printf("  plan cache:                %8lld hits, %lld misses, %lld plans\n",
+      std::printf("  last session: planning per decode step %.1f us at 128, %.1f us at 1024 (median); read with "
+                  "nothing to do %.2f us min, %.2f us median; plan cache %lld hits, %lld misses, %lld plans\n",
+                  median_of(plan_128) * 1e6, median_of(plan_1024) * 1e6, noop_min * 1e6, noop_median * 1e6,
                   static_cast<long long>(plans.hits), static_cast<long long>(plans.misses),
                   static_cast<long long>(plans.size));
     }
@@ -129,5 +409,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
   }
+  loads.push_back(load_average());
+  std::printf("\n(prefill: tokens/s of a prefill from an empty context; decode: greedy tokens/s at that context; "
+              "bound: read bandwidth / weight bytes per token)\nload average (1 min) seen: min %.2f, max %.2f\n",
+              min_of(loads), *std::max_element(loads.begin(), loads.end()));
   return 0;
 }

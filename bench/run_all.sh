@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The figures of README's Performance section in one command: builds the two benchmarks, then
+#   llm_bench      both GGUF models, 1 and 2 threads, beside llama.cpp and PyTorch + transformers
+#   convnet_bench  TAEF2 encoder/decoder and RDN x2, 1 and 2 threads, beside PyTorch
+# each alternating rounds with its peers, and draws the chart (bench/plot.py).
+#
+# Usage: bash bench/run_all.sh [RESULTS_DIR] [CHART.png]
+#   defaults: bench/results and docs/performance.png. LLM_PEERS (default llama.cpp,torch) and
+#   ROUNDS (default 3 for the LLMs; the conv nets run 5) override the obvious.
+# Needs .venv/bin/python with torch, transformers, accelerate, gguf, llama-cpp-python and
+# matplotlib for the peers and the chart; a missing peer is skipped with a message.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-bench/results}
+chart=${2:-docs/performance.png}
+mkdir -p "$out" "$(dirname "$chart")"
+[ -f build/build.ninja ] || cmake -S . -B build -G Ninja
+cmake --build build -j2 --target llm_bench convnet_bench
+{
+  grep -m1 "model name" /proc/cpuinfo | sed 's/.*: //'
+  echo "$(nproc) cores, load average at start $(cut -d' ' -f1-3 /proc/loadavg)"
+} > "$out/machine.txt"
+./build/llm_bench --rounds "${ROUNDS:-3}" --peers "${LLM_PEERS:-llama.cpp,torch}" \
+  models/SmolLM2-135M-Instruct.Q4_1.gguf models/gemma-3-270m-q4_k_m.gguf | tee "$out/llm.txt"
+./build/convnet_bench | tee "$out/convnet.txt"
+echo "load average at end $(cut -d' ' -f1-3 /proc/loadavg)" >> "$out/machine.txt"
+if .venv/bin/python -c "import matplotlib" 2>/dev/null; then
+  .venv/bin/python bench/plot.py "$out" "$chart"
+else
+  echo "no matplotlib in .venv: no chart" >&2
+fi
