@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/error.h"
 #include "loaders/gguf.h"
 #include "loaders/tokenizer.h"
 
