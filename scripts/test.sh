@@ -10,6 +10,7 @@ bash scripts/setup.sh
 bash scripts/fetch_models.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSERA_WERROR=ON >/dev/null
 cmake --build build -j "$(nproc)"
+./build/list_backends  # the devices the GPU tests run on, named in the log
 ctest --test-dir build --output-on-failure -j "$(nproc)" --timeout 1500
 if [ -n "${TESSERA_FUZZ_SECONDS:-}" ]; then
   bash scripts/fuzz.sh all "$TESSERA_FUZZ_SECONDS"

@@ -1,0 +1,25 @@
+// Lists the backends this build can create (built-in and plugins on TESSERA_BACKEND_PATH, else
+// the build's plugin directory) with the device each one runs on, or why it is absent.
+//
+//   list_backends [--smoke]
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "backends/registry.h"
+
+using namespace tessera;
+
+int main(int argc, char** argv) {
+  (void)argc;
+  (void)argv;
+  if (std::getenv("TESSERA_BACKEND_PATH") == nullptr) setenv("TESSERA_BACKEND_PATH", TESSERA_PLUGIN_DIR, 1);
+  BackendRegistry registry;
+  for (const std::string& name : {std::string("cpu"), std::string("reference"), std::string("opencl"), std::string("vulkan"),
+                                  std::string("cuda"), std::string("devsim")}) {
+    absl::StatusOr<std::unique_ptr<Backend>> backend = registry.create(name);
+    if (backend.ok()) std::printf("%-10s available: %s\n", name.c_str(), (*backend)->description().c_str());
+    else std::printf("%-10s absent: %s\n", name.c_str(), std::string(backend.status().message()).substr(0, 160).c_str());
+  }
+  return 0;
+}
