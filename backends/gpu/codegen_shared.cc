@@ -17,8 +17,10 @@ absl::Status unsupported(const Node& node, std::string_view why) {
 
 std::string literal(double v) {
   char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.9gf", static_cast<float>(v));
-  return buf;
+  std::snprintf(buf, sizeof(buf), "%.9g", static_cast<float>(v));
+  std::string s = buf;
+  if (s.find_first_of(".e") == std::string::npos) s += ".0";  // "1f" is no float literal
+  return s + "f";
 }
 
 std::string unary_expr(const Dialect& d, UnaryFn fn, const std::string& x) {
