@@ -16,6 +16,10 @@
 // Strides are per OUTPUT axis (zero where an input is broadcast or does not vary with that
 // axis); `red` is the input's stride along the reduction of matmul / linear (K). Bases are
 // element offsets such that element index i of the output reads base + sum_d i[d] * strides[d].
+// Exceptions: rope / rope_multi positions (i32 or i64 inputs) vary along the output's row axis
+// (rank - 3), red being rope_multi's stride between position axes; attention's q, k and v
+// carry their own strides axis by axis (keys walk the row axis, the head index is divided by
+// the group), k's red is the number of keys S and v's the group Hq / Hkv.
 #pragma once
 
 #include <array>
@@ -46,7 +50,8 @@ struct GeneratedKernel {
 
 // The kernel of `node`, or Unimplemented naming what is missing (the session then runs the node
 // on its host fallback). Supported: f32 unary, binary (arithmetic), fused_elementwise, matmul,
-// linear with f32 weights, softmax / log_softmax, rms_norm.
+// linear with f32 weights, softmax / log_softmax, rms_norm, layer_norm, slice, permute, expand,
+// rope and rope_multi (i32 / i64 positions), attention (one work item per output element).
 absl::StatusOr<GeneratedKernel> generate_opencl(const Graph& graph, const Node& node);
 
 // The same kernel in CUDA C (codegen_cuda.cc), for NVRTC: same name, arguments and semantics

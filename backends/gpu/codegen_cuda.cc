@@ -16,6 +16,7 @@ constexpr const char* kPrelude =
     "struct long8 { long long s0, s1, s2, s3, s4, s5, s6, s7; };\n"
     "#define __kernel extern \"C\" __global__\n"
     "#define __global\n"
+    "#define __constant __constant__\n"
     "#define get_global_id(d) ((long)blockIdx.x * (long)blockDim.x + (long)threadIdx.x)\n"
     "#define INFINITY __int_as_float(0x7f800000)\n"
     "#define NAN __int_as_float(0x7fffffff)\n"

@@ -18,7 +18,8 @@ using detail::literal;
 // Buffers, the push constant and helpers: erf (Abramowitz-Stegun 7.1.26, |error| < 1.5e-7;
 // GLSL has none), pow with C's special cases (GLSL leaves negative bases, zeros, infinities and
 // NaN undefined), index decoding, addressing.
-std::string preamble(int rank, size_t inputs) {
+std::string preamble(int rank, const std::vector<DType>& types) {
+  const size_t inputs = types.size();
   std::string s = absl::StrCat(
       "#version 450\n"
       "layout(local_size_x = ",
@@ -28,8 +29,8 @@ std::string preamble(int rank, size_t inputs) {
       "layout(std430, set = 0, binding = 0) readonly buffer Params { int P[]; };\n"
       "layout(std430, set = 0, binding = 1) buffer Out { float o_[]; };\n");
   for (size_t k = 0; k < inputs; ++k)
-    absl::StrAppend(&s, "layout(std430, set = 0, binding = ", k + 2, ") readonly buffer In", k,
-                    " { float in", k, "[]; };\n");
+    absl::StrAppend(&s, "layout(std430, set = 0, binding = ", k + 2, ") readonly buffer In", k, " { ",
+                    types[k] == DType::F32 ? "float" : "int", " in", k, "[]; };\n");
   absl::StrAppend(
       &s, "#define R ", rank,
       "\n"
@@ -75,8 +76,11 @@ std::string preamble(int rank, size_t inputs) {
 
 // main(): loads the dispatch's parameters, then loops over its work items; `body` sees g (the
 // item), depth, b, e (box), out_base, os and per input in<k>_base, s<k>, in<k>_red.
-std::string shader(int rank, size_t inputs, const std::string& body) {
-  std::string s = absl::StrCat(preamble(rank, inputs),
+// `globals` (tables, helpers) go between the preamble and main(). Integer inputs are int
+// buffers (i64: two ints per element, low word first).
+std::string shader(int rank, const std::vector<DType>& types, const std::string& body, const std::string& globals = "") {
+  const size_t inputs = types.size();
+  std::string s = absl::StrCat(preamble(rank, types), globals,
                                "void main() {\n"
                                "  const int p = push.first;\n"
                                "  const uint items = uint(P[p]);\n"
@@ -97,6 +101,16 @@ std::string shader(int rank, size_t inputs, const std::string& body) {
                   "    const int g = int(gu);\n",
                   body, "  }\n}\n");
   return s;
+}
+
+std::string shader(int rank, size_t inputs, const std::string& body) {
+  return shader(rank, std::vector<DType>(inputs, DType::F32), body);
+}
+
+std::vector<DType> input_types(const Graph& graph, const Node& node) {
+  std::vector<DType> types;
+  for (NodeId in : node.inputs) types.push_back(graph.node(in).dtype);
+  return types;
 }
 
 GeneratedKernel elementwise(const Node& node, size_t inputs, const std::string& value) {
@@ -179,6 +193,111 @@ GeneratedKernel rms_norm(const Node& node) {
   return k;
 }
 
+// rope and rope_multi (see codegen.cc).
+GeneratedKernel rope(const Graph& graph, const Node& node) {
+  const detail::RopeTable t = detail::rope_table(node);
+  const std::vector<DType> types = input_types(graph, node);
+  GeneratedKernel k;
+  k.rank = node.rank();
+  k.name = "main";
+  // An i64 position is exact when it fits 32 bits (the usual case), else rounded via its words.
+  const std::string position =
+      types[1] == DType::I64
+          ? "float tessera_position(int o) {\n"
+            "  const int lo = in1[2 * o], hi = in1[2 * o + 1];\n"
+            "  return hi == (lo >> 31) ? float(lo) : float(hi) * 4294967296.0f + float(uint(lo));\n"
+            "}\n"
+          : "float tessera_position(int o) { return float(in1[o]); }\n";
+  const std::string pairing =
+      t.half_split ? absl::StrCat("      const bool first = c < ", t.rotated / 2, ";\n      const int pair = first ? c : c - ",
+                                  t.rotated / 2, ", partner = first ? c + ", t.rotated / 2, " : c - ", t.rotated / 2, ";\n")
+                   : "      const bool first = c % 2 == 0;\n      const int pair = c / 2, partner = first ? c + 1 : c - 1;\n";
+  const std::string globals = absl::StrCat("const float tessera_frequency[] = float[](", t.frequencies, ");\n",
+                                           "const int tessera_axis[] = int[](", t.axes, ");\n", position);
+  k.source = shader(k.rank, types,
+                    absl::StrCat("    int idx[8];\n    decode(g, b, e, -1, idx);\n"
+                                 "    const int c = idx[R - 1], ox = at(in0_base, s0, idx);\n"
+                                 "    precise float v = in0[ox];\n"
+                                 "    if (c < ", t.rotated, ") {\n", pairing,
+                                 "      const float pos = tessera_position(at(in1_base, s1, idx) + tessera_axis[pair] * in1_red);\n"
+                                 "      precise float theta = pos * tessera_frequency[pair];\n"
+                                 "      const float cs = cos(theta), sn = sin(theta);\n"
+                                 "      const float other = in0[ox + (partner - c) * s0[R - 1]];\n"
+                                 "      v = first ? v * cs - other * sn : other * sn + v * cs;\n"
+                                 "    }\n"
+                                 "    o_[at(out_base, os, idx)] = v;\n"),
+                    globals);
+  return k;
+}
+
+GeneratedKernel layer_norm(const Node& node) {
+  const LayerNormAttrs& a = node.attrs_as<LayerNormAttrs>();
+  GeneratedKernel k;
+  k.rank = node.rank();
+  k.shape = KernelShape::Rows;
+  k.axis = k.rank - 1;
+  k.name = "main";
+  std::string value = "(in0[ox + j * sa] - mean) * inv_std";
+  if (a.has_weight) value = absl::StrCat("(", value, ") * in1[at(in1_base, s1, idx)]");
+  if (a.has_bias) {
+    const int bias = a.has_weight ? 2 : 1;
+    value = absl::StrCat("(", value, ") + in", bias, "[at(in", bias, "_base, s", bias, ", idx)]");
+  }
+  k.source = shader(k.rank, node.inputs.size(),
+                    absl::StrCat("    const int A = R - 1;\n"
+                                 "    int idx[8];\n    decode(g, b, e, A, idx);\n"
+                                 "    const int ox = at(in0_base, s0, idx), sa = s0[A];\n"
+                                 "    precise float sum = 0.0f;\n"
+                                 "    for (int j = 0; j < depth; ++j) sum = sum + in0[ox + j * sa];\n"
+                                 "    precise float mean = sum / float(depth);\n"
+                                 "    precise float ss = 0.0f;\n"
+                                 "    for (int j = 0; j < depth; ++j) { precise float x = in0[ox + j * sa] - mean; "
+                                 "ss = ss + x * x; }\n"
+                                 "    precise float inv_std = 1.0f / sqrt(ss / float(depth) + ",
+                                 literal(a.eps), ");\n",
+                                 "    for (int j = b[A]; j < b[A] + e[A]; ++j) {\n"
+                                 "      idx[A] = j;\n"
+                                 "      precise float y = ", value, ";\n"
+                                 "      o_[at(out_base, os, idx)] = y;\n"
+                                 "    }\n"));
+  return k;
+}
+
+// attention (see codegen.cc).
+GeneratedKernel attention(const Node& node) {
+  const AttentionAttrs& a = node.attrs_as<AttentionAttrs>();
+  GeneratedKernel k;
+  k.rank = node.rank();
+  k.name = "main";
+  const std::string first = a.causal && a.window > 0 ? absl::StrCat("max(0, t - ", a.window - 1, ")") : "0";
+  const std::string score = detail::attention_score(kGlsl, node, "int");
+  k.source = shader(k.rank, 3,
+                    absl::StrCat("    const int T = R - 3, H = R - 2, C = R - 1;\n"
+                                 "    int idx[8], kv[8];\n    decode(g, b, e, -1, idx);\n"
+                                 "    for (int d = 0; d < 8; ++d) kv[d] = idx[d];\n"
+                                 "    const int t = idx[T], j = idx[C];\n"
+                                 "    kv[T] = 0; kv[C] = 0; kv[H] = idx[H] / in2_red;\n"
+                                 "    idx[C] = 0;\n"
+                                 "    const int oq = at(in0_base, s0, idx), qd = s0[C];\n"
+                                 "    const int ok = at(in1_base, s1, kv), ks = s1[T], kd = s1[C];\n"
+                                 "    const int ov = at(in2_base, s2, kv) + j * s2[C], vs = s2[T];\n"
+                                 "    const int first = ", first, ", last = ", a.causal ? "t + 1" : "in1_red", ";\n",
+                                 "    precise float m = -INFINITY;\n"
+                                 "    for (int s = first; s < last; ++s) {\n", score,
+                                 "      m = max(m, x);\n"
+                                 "    }\n"
+                                 "    precise float den = 0.0f, acc = 0.0f;\n"
+                                 "    for (int s = first; s < last; ++s) {\n", score,
+                                 "      precise float w = exp(x - m);\n"
+                                 "      den = den + w;\n"
+                                 "      acc = acc + w * in2[ov + s * vs];\n"
+                                 "    }\n"
+                                 "    idx[C] = j;\n"
+                                 "    precise float y = acc / den;\n"
+                                 "    o_[at(out_base, os, idx)] = y;\n"));
+  return k;
+}
+
 }  // namespace
 
 absl::StatusOr<GeneratedKernel> generate_glsl(const Graph& graph, const Node& node) {
@@ -216,6 +335,15 @@ absl::StatusOr<GeneratedKernel> generate_glsl(const Graph& graph, const Node& no
       break;
     case detail::Form::Copy:
       k = elementwise(node, 1, absl::StrCat("    ", kGlsl.temp, " v = a0;\n"));
+      break;
+    case detail::Form::Rope:
+      k = rope(graph, node);
+      break;
+    case detail::Form::LayerNorm:
+      k = layer_norm(node);
+      break;
+    case detail::Form::Attention:
+      k = attention(node);
       break;
   }
   detail::set_depth(graph, node, k);

@@ -17,8 +17,10 @@ absl::Status unsupported(const Node& node, std::string_view why) {
 
 std::string literal(double v) {
   char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.9gf", static_cast<float>(v));
-  return buf;
+  std::snprintf(buf, sizeof(buf), "%.9g", static_cast<float>(v));
+  std::string s = buf;
+  if (s.find_first_of(".e") == std::string::npos) s += ".0";  // "1f" is no float literal
+  return s + "f";
 }
 
 std::string unary_expr(const Dialect& d, UnaryFn fn, const std::string& x) {
@@ -85,8 +87,12 @@ absl::StatusOr<std::string> fused_body(const Dialect& d, const Node& node) {
 
 absl::StatusOr<Form> kernel_form(const Graph& graph, const Node& node) {
   if (node.dtype != DType::F32) return unsupported(node, absl::StrCat(dtype_name(node.dtype), " output"));
-  for (NodeId in : node.inputs)
-    if (graph.node(in).dtype != DType::F32) return unsupported(node, "non-f32 input");
+  const bool positions = node.kind == OpKind::Rope || node.kind == OpKind::RopeMulti;
+  for (size_t k = 0; k < node.inputs.size(); ++k) {
+    const DType t = graph.node(node.inputs[k]).dtype;
+    if (t == DType::F32 || (positions && k == 1 && (t == DType::I32 || t == DType::I64))) continue;
+    return unsupported(node, absl::StrCat(dtype_name(t), " input"));
+  }
   if (node.rank() < 1 || node.rank() > 8) return unsupported(node, "rank 0 output");
   switch (node.kind) {
     case OpKind::Unary:
@@ -106,6 +112,13 @@ absl::StatusOr<Form> kernel_form(const Graph& graph, const Node& node) {
       return Form::Softmax;
     case OpKind::RmsNorm:
       return Form::RmsNorm;
+    case OpKind::Rope:
+    case OpKind::RopeMulti:
+      return Form::Rope;
+    case OpKind::LayerNorm:
+      return Form::LayerNorm;
+    case OpKind::Attention:
+      return Form::Attention;
     case OpKind::Slice:
     case OpKind::Permute:
     case OpKind::Expand:
@@ -116,9 +129,47 @@ absl::StatusOr<Form> kernel_form(const Graph& graph, const Node& node) {
   return unsupported(node, "op not covered");
 }
 
+RopeTable rope_table(const Node& node) {
+  RopeTable t;
+  auto add = [&](double frequency, int64_t axis) {
+    absl::StrAppend(&t.frequencies, t.frequencies.empty() ? "" : ", ", literal(frequency));
+    absl::StrAppend(&t.axes, t.axes.empty() ? "" : ", ", axis);
+  };
+  if (node.kind == OpKind::Rope) {
+    const RopeAttrs& a = node.attrs_as<RopeAttrs>();
+    t.rotated = a.n_rot;
+    t.half_split = a.mode == RopeMode::HalfSplit;
+    for (int64_t i = 0; i < a.n_rot / 2; ++i)
+      add(a.freq_scale * std::pow(a.base, -2.0 * static_cast<double>(i) / static_cast<double>(a.n_rot)), 0);
+    return t;
+  }
+  const RopeMultiAttrs& a = node.attrs_as<RopeMultiAttrs>();
+  for (size_t axis = 0; axis < a.axes_dims.size(); ++axis) {
+    const int64_t dims = a.axes_dims[axis];
+    for (int64_t i = 0; i < dims / 2; ++i)
+      add(std::pow(a.base, -2.0 * static_cast<double>(i) / static_cast<double>(dims)), static_cast<int64_t>(axis));
+    t.rotated += dims;
+  }
+  return t;
+}
+
+std::string attention_score(const Dialect& d, const Node& node, const std::string& index) {
+  const AttentionAttrs& a = node.attrs_as<AttentionAttrs>();
+  std::string s = absl::StrCat("      ", d.temp == std::string("const float") ? "float" : "precise float", " dot = 0.0f;\n",
+                               "      for (", index, " i = 0; i < depth; ++i) dot = dot + in0[oq + i * qd] * in1[ok + s * ks + i * kd];\n",
+                               "      ", d.temp, " scaled = ", literal(a.scale), " * dot;\n");
+  if (a.softcap > 0)
+    absl::StrAppend(&s, "      ", d.temp, " x = ", literal(a.softcap), " * tanh(scaled / ", literal(a.softcap), ");\n");
+  else
+    absl::StrAppend(&s, "      ", d.temp, " x = scaled;\n");
+  return s;
+}
+
 void set_depth(const Graph& graph, const Node& node, GeneratedKernel& kernel) {
   const Shape& x = graph.node(node.inputs[0]).shape;
-  if (node.kind == OpKind::Matmul || node.kind == OpKind::Linear || node.kind == OpKind::RmsNorm) kernel.depth = x.back();
+  if (node.kind == OpKind::Matmul || node.kind == OpKind::Linear || node.kind == OpKind::RmsNorm ||
+      node.kind == OpKind::LayerNorm || node.kind == OpKind::Attention)
+    kernel.depth = x.back();
   if (node.kind == OpKind::Softmax) kernel.depth = x[static_cast<size_t>(kernel.axis)];
 }
 

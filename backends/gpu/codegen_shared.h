@@ -36,10 +36,25 @@ std::string binary_expr(const Dialect& d, BinaryFn fn, const std::string& a, con
 // Statements computing the fused program of `node` from values a0..a<n-1> into `v`.
 absl::StatusOr<std::string> fused_body(const Dialect& d, const Node& node);
 
-// The kernel an op gets (after the checks every GPU kernel shares: f32 in and out, rank 1..8).
+// The kernel an op gets (after the checks every GPU kernel shares: f32 out, rank 1..8, f32
+// inputs except the integer positions of rope and rope_multi).
 // Copy: slice, permute and expand, an identity kernel whose input addressing does the move.
-enum class Form : uint8_t { Unary, Binary, Fused, Dot, Softmax, RmsNorm, Copy };
+enum class Form : uint8_t { Unary, Binary, Fused, Dot, Softmax, RmsNorm, Copy, Rope, LayerNorm, Attention };
 absl::StatusOr<Form> kernel_form(const Graph& graph, const Node& node);
+// Rope and rope_multi: the rotated columns and, per pair of columns (2i, 2i + 1 interleaved;
+// i, i + rotated / 2 half-split), its frequency (theta = position * frequency) and position
+// column (the axis of rope_multi; 0 for rope). Attributes only, so sources stay size-free.
+struct RopeTable {
+  int64_t rotated = 0;
+  bool half_split = false;
+  std::string frequencies;  // comma-separated float literals
+  std::string axes;         // comma-separated int literals
+};
+RopeTable rope_table(const Node& node);
+// Attention: statements of the body of a loop over keys `s` that leave the score of key s in
+// `x`: the dot product of q (in0 at oq, D stride qd) and k (in1 at ok + s * ks, D stride kd) in
+// order over d < depth, scaled, softcapped. `index` is the integer type ("long" or "int").
+std::string attention_score(const Dialect& d, const Node& node, const std::string& index);
 // Fills depth (K of dot products, the row length of Rows kernels) from the input shapes.
 void set_depth(const Graph& graph, const Node& node, GeneratedKernel& kernel);
 

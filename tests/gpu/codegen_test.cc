@@ -25,6 +25,12 @@ TEST_CASE("gpu codegen: sources depend on op, attributes and rank, never on size
     CHECK(source({3, 7}, soft) != source({3, 7, 2}, soft));
     CHECK(source({2, 64}, norm) == source({9, 576}, norm));
     CHECK(source({2, 64}, lin) == source({17, 576}, lin));
+    auto rot = [](Graph& g, Tensor x) { return rope(x, g.input("p", {x.dim(-3)}, DType::I32), 4, 10000.0, RopeMode::Interleaved); };
+    auto att = [](Graph&, Tensor x) { return attention(x, x, x, AttentionParams{.scale = 0.5}); };
+    CHECK(source({3, 2, 8}, rot) == source({9, 4, 16}, rot));
+    CHECK(source({3, 2, 8}, att) == source({11, 4, 64}, att));
+    CHECK(source({2, 8}, [](Graph&, Tensor x) { return layer_norm(x, Tensor{}, Tensor{}, 1e-5); }) ==
+          source({7, 80}, [](Graph&, Tensor x) { return layer_norm(x, Tensor{}, Tensor{}, 1e-5); }));
     auto eps = [](double e) { return [e](Graph&, Tensor x) { return rms_norm(x, Tensor{}, e); }; };
     CHECK(source({2, 8}, eps(1e-6)) != source({2, 8}, eps(1e-5)));
   }
@@ -47,7 +53,10 @@ TEST_CASE("gpu codegen: what has no kernel is Unimplemented, naming the op") {
 TEST_CASE("gpu codegen: GLSL kernels have the OpenCL kernels' shape, and their parameters fit 32 bits") {
   Graph g;
   Tensor x = g.input("x", {4, 6}, DType::F32);
-  for (const Tensor& t : {softmax(x, 0), rms_norm(x, Tensor{}, 1e-6), exp(x), linear(x, g.input("w", {3, 6}, DType::F32))}) {
+  Tensor h = g.input("h", {3, 2, 6}, DType::F32);
+  for (const Tensor& t : {softmax(x, 0), rms_norm(x, Tensor{}, 1e-6), exp(x), linear(x, g.input("w", {3, 6}, DType::F32)),
+                          layer_norm(x, Tensor{}, Tensor{}, 1e-5), attention(h, h, h, AttentionParams{.scale = 0.5}),
+                          rope(h, g.input("p", {3}, DType::I64), 6, 10000.0, RopeMode::HalfSplit)}) {
     absl::StatusOr<gpu::GeneratedKernel> cl = gpu::generate_opencl(g, g.node(t.id)), gl = gpu::generate_glsl(g, g.node(t.id));
     REQUIRE((cl.ok() && gl.ok()));
     CHECK(cl->shape == gl->shape);

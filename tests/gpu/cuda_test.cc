@@ -42,6 +42,14 @@ struct Covered {
     nodes.push_back(slice(x, 1, 1, 6, 2));
     nodes.push_back(permute(m, {2, 0, 1}));
     nodes.push_back(expand(y, Shape{3, 6}));
+    Tensor h = g.input("h", {2, 5, 3, 8}, DType::F32);
+    nodes.push_back(rope(h, g.input("p32", {5}, DType::I32), 6, 10000.0, RopeMode::HalfSplit));
+    nodes.push_back(rope(h, g.input("p64", {5}, DType::I64), 8, 10000.0, RopeMode::Interleaved));
+    nodes.push_back(rope_multi(h, g.input("pm", {5, 2}, DType::I32), {2, 4}));
+    nodes.push_back(layer_norm(x, y, y, 1e-5));
+    Tensor kv = g.input("kv", {2, 5, 1, 8}, DType::F32);
+    nodes.push_back(attention(h, kv, kv, AttentionParams{.scale = 0.3, .causal = true, .window = 2, .softcap = 5.0}));
+    nodes.push_back(attention(h, kv, kv, AttentionParams{.scale = 0.3, .causal = false}));
   }
 };
 
@@ -87,6 +95,15 @@ TEST_CASE("cuda: the plugin runs the covered ops like the reference, where a GPU
     std::vector<float> v(static_cast<size_t>(Box::full(n.shape).volume()));
     for (float& x : v) x = u(rng);
     const std::string name = n.attrs_as<InputAttrs>().name;
+    if (n.dtype != DType::F32) {  // positions: small integers
+      std::vector<int64_t> whole;
+      for (float x : v) whole.push_back(static_cast<int64_t>(x * 10.0f) + 20);
+      const std::vector<int32_t> narrow(whole.begin(), whole.end());
+      for (GraphSession* s : {&gpu, &cpu})
+        if (n.dtype == DType::I32) s->write<int32_t>(name, Box::full(n.shape), narrow);
+        else s->write<int64_t>(name, Box::full(n.shape), whole);
+      continue;
+    }
     gpu.write<float>(name, Box::full(n.shape), v);
     cpu.write<float>(name, Box::full(n.shape), v);
   }

@@ -78,11 +78,13 @@ bool close(float got, float want, double tolerance) {
 
 // A graph with one op over inputs "in0".."inN" (f32, given shapes) checked on Vulkan (one
 // session: full read, a partial write, a sub-box read) against a reference-backend session.
+// `dtypes` (default all f32) may make inputs after the first i32 or i64, filled with [0, 40).
 void check_op(const std::vector<Shape>& shapes, const std::function<Tensor(std::vector<Tensor>&)>& build,
-              double tolerance, std::mt19937_64& rng) {
+              double tolerance, std::mt19937_64& rng, const std::vector<DType>& dtypes = {}) {
   Graph g;
   std::vector<Tensor> ins;
-  for (size_t i = 0; i < shapes.size(); ++i) ins.push_back(g.input("in" + std::to_string(i), shapes[i], DType::F32));
+  auto dtype = [&](size_t i) { return i < dtypes.size() ? dtypes[i] : DType::F32; };
+  for (size_t i = 0; i < shapes.size(); ++i) ins.push_back(g.input("in" + std::to_string(i), shapes[i], dtype(i)));
   Tensor out = build(ins);
   g.output("out", out);
   const Node& node = g.node(out.id);
@@ -92,9 +94,18 @@ void check_op(const std::vector<Shape>& shapes, const std::function<Tensor(std::
   ref_options.backend = BackendKind::Reference;
   GraphSession ref(g, ref_options);
   for (size_t i = 0; i < shapes.size(); ++i) {
-    const std::vector<float> v = values(Box::full(shapes[i]).volume(), rng);
-    gpu.write<float>("in" + std::to_string(i), Box::full(shapes[i]), v);
-    ref.write<float>("in" + std::to_string(i), Box::full(shapes[i]), v);
+    const std::string name = "in" + std::to_string(i);
+    const std::vector<float> v = values(Box::full(shapes[i]).volume(), rng, dtype(i) == DType::F32 ? -2 : 0, 40);
+    if (dtype(i) == DType::I32 || dtype(i) == DType::I64) {
+      std::vector<int64_t> whole(v.begin(), v.end());
+      std::vector<int32_t> narrow(v.begin(), v.end());
+      for (GraphSession* s : {&gpu, &ref})
+        if (dtype(i) == DType::I32) s->write<int32_t>(name, Box::full(shapes[i]), narrow);
+        else s->write<int64_t>(name, Box::full(shapes[i]), whole);
+      continue;
+    }
+    gpu.write<float>(name, Box::full(shapes[i]), v);
+    ref.write<float>(name, Box::full(shapes[i]), v);
   }
   for (int round = 0; round < 2; ++round) {
     const Box box = round == 0 ? Box::full(node.shape) : random_box(node.shape, rng);
@@ -146,6 +157,30 @@ TEST_CASE("vulkan: conformance sweep against the reference kernels") {
   check_op({{5, 17}}, [](std::vector<Tensor>& in) { return log_softmax(in[0], 1); }, 1e-5, rng);
   check_op({{3, 4, 33}}, [](std::vector<Tensor>& in) { return rms_norm(in[0], Tensor{}, 1e-6); }, 1e-5, rng);
   check_op({{3, 33}, {33}}, [](std::vector<Tensor>& in) { return rms_norm(in[0], in[1], 1e-6); }, 1e-5, rng);
+  // Rotary embeddings with i32 and i64 positions, pass-through columns past n_rot.
+  for (RopeMode mode : {RopeMode::HalfSplit, RopeMode::Interleaved})
+    for (DType positions : {DType::I32, DType::I64}) {
+      check_op({{2, 5, 3, 14}, {5}}, [&](std::vector<Tensor>& in) { return rope(in[0], in[1], 10, 10000.0, mode, 0.5); }, 1e-4,
+               rng, {DType::F32, positions});
+      check_op({{7, 2, 8}, {7}}, [&](std::vector<Tensor>& in) { return rope(in[0], in[1], 8, 500.0, mode); }, 1e-4, rng,
+               {DType::F32, positions});
+    }
+  for (DType positions : {DType::I32, DType::I64})
+    check_op({{2, 5, 3, 18}, {5, 3}}, [](std::vector<Tensor>& in) { return rope_multi(in[0], in[1], {4, 6, 4}, 1000.0); },
+             1e-4, rng, {DType::F32, positions});
+  check_op({{3, 4, 37}}, [](std::vector<Tensor>& in) { return layer_norm(in[0], Tensor{}, Tensor{}, 1e-5); }, 1e-5, rng);
+  check_op({{5, 37}, {37}}, [](std::vector<Tensor>& in) { return layer_norm(in[0], in[1], Tensor{}, 1e-5); }, 1e-5, rng);
+  check_op({{5, 37}, {37}}, [](std::vector<Tensor>& in) { return layer_norm(in[0], Tensor{}, in[1], 1e-5); }, 1e-5, rng);
+  check_op({{2, 3, 37}, {37}, {37}}, [](std::vector<Tensor>& in) { return layer_norm(in[0], in[1], in[2], 1e-5); }, 1e-5,
+           rng);  // Attention: causal with GQA, a sliding window with softcap, non-causal with S != T and Dv != D.
+  check_op({{2, 5, 4, 6}, {2, 5, 2, 6}, {2, 5, 2, 7}},
+           [](std::vector<Tensor>& in) { return attention(in[0], in[1], in[2], AttentionParams{.scale = 0.4}); }, 1e-5, rng);
+  check_op({{7, 3, 5}, {7, 1, 5}, {7, 1, 5}}, [](std::vector<Tensor>& in) {
+    return attention(in[0], in[1], in[2], AttentionParams{.scale = 0.5, .causal = true, .window = 3, .softcap = 2.0});
+  }, 1e-5, rng);
+  check_op({{1, 4, 3, 5}, {1, 6, 3, 5}, {1, 6, 3, 3}}, [](std::vector<Tensor>& in) {
+    return attention(in[0], in[1], in[2], AttentionParams{.scale = 0.3, .causal = false});
+  }, 1e-5, rng);
 }
 
 TEST_CASE("vulkan: NaN and infinities follow the reference (minimum, maximum, pow, erf)") {
