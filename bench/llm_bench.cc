@@ -330,7 +330,7 @@ int main(int argc, char** argv) {
   for (int threads : options.threads) bandwidth.push_back(read_bandwidth(threads, 5));
   std::printf("LLM figures, tokens/s as min-time / median-time rounds (%d rounds, %d decode steps each); our linear "
               "kernels: TESSERA_LINEAR=%s\n",
-              options.rounds, options.steps, linear != nullptr && *linear != '\0' ? linear : "(unset: int8)");
+              options.rounds, options.steps, linear != nullptr && *linear != '\0' ? linear : "(unset: f32)");
   for (size_t t = 0; t < options.threads.size(); ++t)
     std::printf("read bandwidth, %d thread(s): %.1f GB/s (1 GiB huge-page buffer, best of 5)\n", options.threads[t],
                 bandwidth[t] * 1e-9);
