@@ -1,10 +1,5 @@
 #include "loaders/gguf.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <bit>
 #include <cerrno>
@@ -15,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/error.h"
+#include "loaders/mapped_file.h"
 
 namespace tessera {
 namespace {
@@ -493,29 +489,8 @@ GgufFile GgufFile::parse(std::span<const std::byte> bytes, std::shared_ptr<const
 }
 
 GgufFile GgufFile::open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw Error(absl::StrCat("[gguf] ", path, ": cannot open: ", std::strerror(errno)));
-  struct stat info {};
-  if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
-    ::close(fd);
-    throw Error(absl::StrCat("[gguf] ", path, ": not a regular file"));
-  }
-  const size_t size = static_cast<size_t>(info.st_size);
-  std::shared_ptr<const void> owner;
-  const std::byte* data = nullptr;
-  if (size > 0) {
-    void* addr = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    const int mmap_errno = errno;
-    ::close(fd);
-    if (addr == MAP_FAILED)
-      throw Error(absl::StrCat("[gguf] ", path, ": mmap failed: ", std::strerror(mmap_errno)));
-    owner = std::shared_ptr<const void>(
-        addr, [size](const void* p) { ::munmap(const_cast<void*>(p), size); });
-    data = static_cast<const std::byte*>(addr);
-  } else {
-    ::close(fd);
-  }
-  return parse(std::span<const std::byte>(data, size), std::move(owner), path);
+  MappedFile file = map_file(path, "gguf");
+  return parse(file.bytes, std::move(file.owner), path);
 }
 
 const GgufValue* GgufFile::find(std::string_view key) const {

@@ -1,10 +1,5 @@
 #include "loaders/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -13,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "loaders/mapped_file.h"
 
 namespace tessera {
 namespace {
@@ -234,31 +230,8 @@ SafetensorsFile SafetensorsFile::parse(std::span<const std::byte> bytes,
 }
 
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    throw Error(absl::StrCat("[safetensors] ", path, ": cannot open: ", std::strerror(errno)));
-  struct stat info {};
-  if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
-    ::close(fd);
-    throw Error(absl::StrCat("[safetensors] ", path, ": not a regular file"));
-  }
-  const size_t size = static_cast<size_t>(info.st_size);
-  std::shared_ptr<const void> owner;
-  const std::byte* data = nullptr;
-  if (size > 0) {
-    void* addr = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    const int mmap_errno = errno;
-    ::close(fd);
-    if (addr == MAP_FAILED)
-      throw Error(
-          absl::StrCat("[safetensors] ", path, ": mmap failed: ", std::strerror(mmap_errno)));
-    owner = std::shared_ptr<const void>(
-        addr, [size](const void* p) { ::munmap(const_cast<void*>(p), size); });
-    data = static_cast<const std::byte*>(addr);
-  } else {
-    ::close(fd);
-  }
-  return parse(std::span<const std::byte>(data, size), std::move(owner), path);
+  MappedFile file = map_file(path, "safetensors");
+  return parse(file.bytes, std::move(file.owner), path);
 }
 
 std::vector<std::string_view> SafetensorsFile::names() const {
