@@ -8,28 +8,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/box_rows.h"
+#include "kernels/cpu/copy_runs.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/quant.h"
 
 namespace tessera::cpu {
 
 namespace {
-
-// Copies n elements of `size` bytes, element i from src + i * src_step to dst + i * dst_step
-// (steps in elements).
-void copy_run(std::byte* dst, int64_t dst_step, const std::byte* src, int64_t src_step, int64_t n,
-              int64_t size) {
-  if (dst_step == 1 && src_step == 1) {
-    std::memcpy(dst, src, static_cast<size_t>(n * size));
-    return;
-  }
-  for (int64_t i = 0; i < n; ++i)
-    std::memcpy(dst + i * dst_step * size, src + i * src_step * size, static_cast<size_t>(size));
-}
-
-std::byte* element(const TensorView& view, const int64_t* index, int64_t size) {
-  return static_cast<std::byte*>(view.data) + view.offset(index) * size;
-}
 
 // Output rows map to consecutive row-major linear indices of the input; each row is copied in
 // runs that stay within one input row.
