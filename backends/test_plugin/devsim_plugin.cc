@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "backends/backend.h"
 #include "engine/op_def.h"
+#include "backends/test_plugin/covered_ops.h"
 #include "kernels/ref/ref_kernels.h"
 
 namespace tessera {
@@ -25,21 +26,7 @@ namespace {
 
 constexpr int kAddressBits = 36;  // 64 GiB per buffer at most
 
-bool covered(OpKind kind) {
-  switch (kind) {
-    case OpKind::Unary:
-    case OpKind::Binary:
-    case OpKind::Matmul:
-    case OpKind::Softmax:
-    case OpKind::Reduce:
-    case OpKind::Reshape:
-    case OpKind::Permute:
-    case OpKind::FusedElementwise:
-      return true;
-    default:
-      return false;
-  }
-}
+using test_plugins::covered;
 
 struct DevStep {
   KernelFn kernel = nullptr;

@@ -5,26 +5,13 @@
 #include <exception>
 
 #include "backends/cpu/host_backend.h"
+#include "backends/test_plugin/covered_ops.h"
 #include "kernels/ref/ref_kernels.h"
 
 namespace tessera {
 namespace {
 
-bool covered(OpKind kind) {
-  switch (kind) {
-    case OpKind::Unary:
-    case OpKind::Binary:
-    case OpKind::Matmul:
-    case OpKind::Softmax:
-    case OpKind::Reduce:
-    case OpKind::Reshape:
-    case OpKind::Permute:
-    case OpKind::FusedElementwise:
-      return true;
-    default:
-      return false;
-  }
-}
+using test_plugins::covered;
 
 class TestBackend final : public HostBackend {
  public:
