@@ -259,7 +259,7 @@ class CudaBackend final : public Backend {
     std::vector<Long8> vectors;
     pointers.reserve(1 + launch.inputs.size());
     scalars.reserve(4 + 2 * launch.inputs.size());
-    vectors.reserve(3 + launch.inputs.size());
+    vectors.reserve(3 + 2 * launch.inputs.size());  // no reallocation: params point into it
     std::vector<void*> params;
     auto vec = [&](const std::array<int64_t, 8>& v) {
       Long8 x;
@@ -294,6 +294,7 @@ class CudaBackend final : public Backend {
       scalar(l.base);
       vec(l.strides);
       scalar(l.red);
+      vec(l.shape);
     }
     for (const Box& box : launch.boxes) {
       const int64_t items = gpu::work_items(step.code, box);

@@ -307,6 +307,7 @@ class OpenClBackend final : public Backend {
       err |= set(sizeof(cl_long), &base);
       err |= set_long8(l.strides);
       err |= set(sizeof(cl_long), &red);
+      err |= set_long8(l.shape);
     }
     if (err != CL_SUCCESS) return absl::InternalError(cl_error("clSetKernelArg", err));
     for (const Box& box : launch.boxes) {

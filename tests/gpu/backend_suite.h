@@ -89,7 +89,8 @@ inline bool close(float got, float want, double tolerance) {
 }
 
 // A graph with one op over inputs "in0".."inN" (f32, given shapes) checked on `backend` (one
-// session: full read, a partial write, a sub-box read) against a reference-backend session.
+// session: full read, a partial write, a sub-box read) against a reference-backend session, and
+// the sub-box bitwise against a full read of a second session on the same backend.
 // `dtypes` (default all f32) may make inputs after the first i32 or i64, filled with [0, 40).
 inline void check_op(const Suite& suite, const std::vector<Shape>& shapes, const std::function<Tensor(std::vector<Tensor>&)>& build,
               double tolerance, std::mt19937_64& rng, const std::vector<DType>& dtypes = {}) {
@@ -101,7 +102,7 @@ inline void check_op(const Suite& suite, const std::vector<Shape>& shapes, const
   g.output("out", out);
   const Node& node = g.node(out.id);
   REQUIRE_MESSAGE(suite.generate(g, node).ok(), op_display_name(node));
-  GraphSession gpu(g, on_backend(suite.backend, "reference"));
+  GraphSession gpu(g, on_backend(suite.backend, "reference")), device_full(g, on_backend(suite.backend, "reference"));
   SessionOptions ref_options;
   ref_options.backend = BackendKind::Reference;
   GraphSession ref(g, ref_options);
@@ -111,13 +112,12 @@ inline void check_op(const Suite& suite, const std::vector<Shape>& shapes, const
     if (dtype(i) == DType::I32 || dtype(i) == DType::I64) {
       std::vector<int64_t> whole(v.begin(), v.end());
       std::vector<int32_t> narrow(v.begin(), v.end());
-      for (GraphSession* s : {&gpu, &ref})
+      for (GraphSession* s : {&gpu, &device_full, &ref})
         if (dtype(i) == DType::I32) s->write<int32_t>(name, Box::full(shapes[i]), narrow);
         else s->write<int64_t>(name, Box::full(shapes[i]), whole);
       continue;
     }
-    gpu.write<float>(name, Box::full(shapes[i]), v);
-    ref.write<float>(name, Box::full(shapes[i]), v);
+    for (GraphSession* s : {&gpu, &device_full, &ref}) s->write<float>(name, Box::full(shapes[i]), v);
   }
   for (int round = 0; round < 2; ++round) {
     const Box box = round == 0 ? Box::full(node.shape) : random_box(node.shape, rng);
@@ -127,13 +127,49 @@ inline void check_op(const Suite& suite, const std::vector<Shape>& shapes, const
     for (size_t i = 0; i < want.size(); ++i)
       REQUIRE_MESSAGE(close(got[i], want[i], tolerance), op_display_name(node), " ", shape_string(node.shape), " element ", i,
                       ": ", got[i], " vs ", want[i]);
+    // The sub-box equals the same elements of a full computation on the device, bit for bit.
+    const std::vector<float> full = device_full.read<float>("out", Box::full(node.shape));
+    std::vector<std::byte> full_bytes(full.size() * 4), got_bytes(got.size() * 4);
+    std::memcpy(full_bytes.data(), full.data(), full_bytes.size());
+    std::memcpy(got_bytes.data(), got.data(), got_bytes.size());
+    REQUIRE_MESSAGE(extract(full_bytes, node.shape, box, 4) == got_bytes, op_display_name(node), " box ", box.to_string());
     const Box w = random_box(shapes[0], rng);
     const std::vector<float> v = values(w.volume(), rng);
-    gpu.write<float>("in0", w, v);
-    ref.write<float>("in0", w, v);
+    for (GraphSession* s : {&gpu, &device_full, &ref}) s->write<float>("in0", w, v);
   }
 }
 
+
+// The ops of convolution nets and indexing on odd shapes: conv2d (padding, stride, dilation,
+// groups, 1x1, with and without bias), pool2d, upsample, concat, group_norm, reduce, gather.
+inline void conv_net_ops(const Suite& suite, std::mt19937_64& rng) {
+  auto conv = [](Conv2dParams p, bool bias) {
+    return [p, bias](std::vector<Tensor>& in) { return conv2d(in[0], in[1], bias ? in[2] : Tensor{}, p); };
+  };
+  check_op(suite, {{2, 5, 9, 11}, {6, 5, 3, 3}, {6}}, conv(Conv2dParams{.pad_h = 1, .pad_w = 1}, true), 1e-5, rng);
+  check_op(suite, {{1, 3, 13, 10}, {4, 3, 3, 3}, {4}}, conv(Conv2dParams{.stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1}, true),
+           1e-5, rng);
+  check_op(suite, {{1, 4, 10, 9}, {6, 2, 3, 2}},
+           conv(Conv2dParams{.stride_h = 2, .stride_w = 1, .pad_h = 2, .pad_w = 1, .dilation_h = 2, .dilation_w = 3, .groups = 2}, false),
+           1e-5, rng);
+  check_op(suite, {{2, 7, 5, 6}, {3, 7, 1, 1}, {3}}, conv(Conv2dParams{}, true), 1e-5, rng);
+  for (PoolKind kind : {PoolKind::Max, PoolKind::Avg})
+    check_op(suite, {{2, 3, 9, 8}}, [kind](std::vector<Tensor>& in) { return pool2d(in[0], kind, 3, 2, 1); }, 1e-5, rng);
+  check_op(suite, {{2, 3, 4, 5}}, [](std::vector<Tensor>& in) { return upsample_nearest(in[0], 2); }, 0, rng);
+  check_op(suite, {{2, 3, 4, 5}, {2, 2, 4, 5}, {2, 1, 4, 5}},
+           [](std::vector<Tensor>& in) { return concat(std::vector<Tensor>{in[0], in[1], in[2]}, 1); }, 0, rng);
+  check_op(suite, {{3, 4}, {3, 7}}, [](std::vector<Tensor>& in) { return concat(std::vector<Tensor>{in[0], in[1]}, -1); }, 0, rng);
+  check_op(suite, {{2, 6, 5, 7}, {6}, {6}}, [](std::vector<Tensor>& in) { return group_norm(in[0], 3, in[1], in[2], 1e-5); }, 1e-4, rng);
+  check_op(suite, {{3, 8, 9}}, [](std::vector<Tensor>& in) { return group_norm(in[0], 2, Tensor{}, Tensor{}, 1e-6); }, 1e-4, rng);
+  check_op(suite, {{3, 5, 7}}, [](std::vector<Tensor>& in) { return sum(in[0], {1}); }, 1e-5, rng);
+  check_op(suite, {{3, 5, 7}}, [](std::vector<Tensor>& in) { return mean(in[0], {0, 2}, true); }, 1e-5, rng);
+  for (ReduceFn fn : {ReduceFn::Max, ReduceFn::Min, ReduceFn::Prod}) {
+    CAPTURE(fn_name(fn));
+    check_op(suite, {{4, 3, 6}}, [fn](std::vector<Tensor>& in) { return reduce(fn, in[0], {2}); }, 1e-5, rng);
+  }
+  for (DType ids : {DType::I32, DType::I64})
+    check_op(suite, {{40, 6}, {3, 4}}, [](std::vector<Tensor>& in) { return gather(in[0], in[1]); }, 0, rng, {DType::F32, ids});
+}
 
 inline void conformance_sweep(const Suite& suite) {
   Env env;
@@ -192,6 +228,7 @@ inline void conformance_sweep(const Suite& suite) {
   check_op(suite, {{1, 4, 3, 5}, {1, 6, 3, 5}, {1, 6, 3, 3}}, [](std::vector<Tensor>& in) {
     return attention(in[0], in[1], in[2], AttentionParams{.scale = 0.3, .causal = false});
   }, 1e-5, rng);
+  conv_net_ops(suite, rng);
 }
 
 inline void strided_views(const Suite& suite) {
