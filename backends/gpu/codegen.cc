@@ -350,6 +350,8 @@ int64_t work_items(const GeneratedKernel& kernel, const Box& box) {
   if (kernel.shape == KernelShape::Elements) return box.volume();
   if (kernel.shape == KernelShape::Groups)
     return box.extent(0) * ((box.end(1) - 1) / kernel.depth - box.begin(1) / kernel.depth + 1);
+  if (kernel.shape == KernelShape::Blocks)
+    return box.volume() / box.extent(kernel.axis) * ((box.extent(kernel.axis) + kernel.depth - 1) / kernel.depth);
   return box.volume() / box.extent(kernel.axis);
 }
 

@@ -45,6 +45,8 @@ enum class KernelShape : uint8_t {
   Elements,  // one work item per output element of the box
   Rows,      // one work item per row along `axis` (the whole row is read, the box's part written)
   Groups,    // one work item per (axis 0 index, group of `depth` entries along axis 1) the box meets
+  Blocks,    // one work item per `depth` consecutive entries of the box along `axis`, per position
+             // of the other axes (the last block may be partial)
 };
 
 struct GeneratedKernel {

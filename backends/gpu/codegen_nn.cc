@@ -24,6 +24,7 @@ const Lang kGlslLang = {"int", "precise float", "o_", "float", true, &kGlsl};
 
 namespace {
 
+constexpr int kConvTile = 8;  // output channels per conv2d work item
 constexpr size_t kMaxConcatInputs = 6;  // bindings: parameters, output, inputs (8 on small GPUs)
 
 std::string decode_all(const Lang& l) { return absl::StrCat("    ", l.index, " idx[8];\n    decode(g, b, e, -1, idx);\n"); }
@@ -33,30 +34,45 @@ std::string store(const Lang& l, const std::string& value) {
 }
 
 // conv2d over x [N, C, H, W], weight [O, C / groups, KH, KW], optional bias [O]: one work item
-// per output element; consecutive items are consecutive output columns, so neighbouring items
-// read neighbouring input columns and the same weights.
-std::string conv2d(const Lang& l, const Node& node) {
+// per `tile` consecutive output channels of one output position (KernelShape::Blocks), so each
+// input value read serves `tile` accumulators; consecutive items are consecutive output columns,
+// so neighbouring items read neighbouring input columns and the same weights. Each channel's
+// accumulator sees the same operations in the same order as alone: tiling never changes a value.
+// A tile's channels past the box are computed on the box's last channel and not stored.
+std::string conv2d(const Lang& l, const Node& node, int tile) {
   const Conv2dAttrs& a = node.attrs_as<Conv2dAttrs>();
   const std::string I = l.index;
   std::string s = absl::StrCat(
-      decode_all(l), "    const ", I, " H = sh0[2], W = sh0[3], CPG = sh1[1], KH = sh1[2], KW = sh1[3], OPG = sh1[0] / ",
-      a.groups, ";\n",
-      "    const ", I, " xb = in0_base + idx[0] * s0[0] + (idx[1] / OPG) * CPG * s0[1];\n",
-      "    const ", I, " wb = in1_base + idx[1] * s1[0];\n",
-      "    const ", I, " ih0 = idx[2] * ", a.stride_h, " - ", a.pad_h, ", iw0 = idx[3] * ", a.stride_w, " - ", a.pad_w, ";\n",
-      "    ", l.acc, " acc = 0.0f;\n",
-      "    for (", I, " c = 0; c < CPG; ++c) {\n",
-      "      for (", I, " kh = 0; kh < KH; ++kh) {\n",
-      "        const ", I, " ih = ih0 + kh * ", a.dilation_h, ";\n",
-      "        if (ih < 0 || ih >= H) continue;\n",
-      "        const ", I, " xr = xb + c * s0[1] + ih * s0[2], wr = wb + c * s1[1] + kh * s1[2];\n",
-      "        for (", I, " kw = 0; kw < KW; ++kw) {\n",
-      "          const ", I, " iw = iw0 + kw * ", a.dilation_w, ";\n",
-      "          if (iw < 0 || iw >= W) continue;\n",
-      "          acc = acc + in0[xr + iw * s0[3]] * in1[wr + kw * s1[3]];\n",
-      "        }\n      }\n    }\n");
-  if (node.inputs.size() == 3) absl::StrAppend(&s, "    acc = acc + in2[at(in2_base, s2, idx)];\n");
-  return s + store(l, "acc");
+      "    const ", I, " blocks = (e[1] + ", tile - 1, ") / ", tile, ";\n",
+      "    ", I, " eb[8], idx[8];\n",
+      "    for (int d = 0; d < 8; ++d) eb[d] = e[d];\n",
+      "    eb[1] = blocks;\n",
+      "    decode(g, b, eb, -1, idx);\n",
+      "    const ", I, " o0 = b[1] + (idx[1] - b[1]) * ", tile, ", o_last = b[1] + e[1] - 1;\n",
+      "    const ", I, " H = sh0[2], W = sh0[3], CPG = sh1[1], KH = sh1[2], KW = sh1[3], OPG = sh1[0] / ", a.groups, ";\n",
+      "    const ", I, " xb = in0_base + idx[0] * s0[0] + (o0 / OPG) * CPG * s0[1];\n",
+      "    const ", I, " ih0 = idx[2] * ", a.stride_h, " - ", a.pad_h, ", iw0 = idx[3] * ", a.stride_w, " - ", a.pad_w, ";\n");
+  for (int t = 0; t < tile; ++t)
+    absl::StrAppend(&s, "    const ", I, " wb", t, " = in1_base + (o0 + ", t, " < o_last ? o0 + ", t, " : o_last) * s1[0];\n",
+                    "    ", l.acc, " acc", t, " = 0.0f;\n");
+  absl::StrAppend(&s, "    for (", I, " c = 0; c < CPG; ++c) {\n",
+                  "      for (", I, " kh = 0; kh < KH; ++kh) {\n",
+                  "        const ", I, " ih = ih0 + kh * ", a.dilation_h, ";\n",
+                  "        if (ih < 0 || ih >= H) continue;\n",
+                  "        const ", I, " xr = xb + c * s0[1] + ih * s0[2], wr = c * s1[1] + kh * s1[2];\n",
+                  "        for (", I, " kw = 0; kw < KW; ++kw) {\n",
+                  "          const ", I, " iw = iw0 + kw * ", a.dilation_w, ";\n",
+                  "          if (iw < 0 || iw >= W) continue;\n",
+                  "          const float x = in0[xr + iw * s0[3]];\n",
+                  "          const ", I, " w = wr + kw * s1[3];\n");
+  for (int t = 0; t < tile; ++t) absl::StrAppend(&s, "          acc", t, " = acc", t, " + x * in1[wb", t, " + w];\n");
+  absl::StrAppend(&s, "        }\n      }\n    }\n");
+  for (int t = 0; t < tile; ++t) {
+    absl::StrAppend(&s, "    if (o0 + ", t, " <= o_last) {\n      idx[1] = o0 + ", t, ";\n");
+    if (node.inputs.size() == 3) absl::StrAppend(&s, "      acc", t, " = acc", t, " + in2[at(in2_base, s2, idx)];\n");
+    absl::StrAppend(&s, "  ", store(l, absl::StrCat("acc", t)), "    }\n");
+  }
+  return s;
 }
 
 // pool2d (max propagates NaN; avg divides by kernel^2, padding included).
@@ -209,7 +225,16 @@ absl::StatusOr<GeneratedKernel> nn_kernel(const Lang& lang, const Graph& graph, 
   k.rank = node.rank();
   absl::StatusOr<std::string> body;
   switch (form) {
-    case Form::Conv2d: k.name = "tessera_conv2d", body = conv2d(lang, node); break;
+    case Form::Conv2d: {
+      // Tiles of output channels within one group (a tile reads one group's input channels).
+      const int64_t groups = node.attrs_as<Conv2dAttrs>().groups;
+      const int tile = groups == 1 ? kConvTile : 1;
+      k.name = "tessera_conv2d", body = conv2d(lang, node, tile);
+      k.shape = KernelShape::Blocks;
+      k.axis = 1;
+      k.depth = tile;
+      break;
+    }
     case Form::Pool2d: k.name = "tessera_pool2d", body = pool2d(lang, node); break;
     case Form::Upsample: k.name = "tessera_upsample", body = upsample(lang, node); break;
     case Form::Concat:

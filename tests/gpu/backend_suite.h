@@ -146,7 +146,7 @@ inline void conv_net_ops(const Suite& suite, std::mt19937_64& rng) {
   auto conv = [](Conv2dParams p, bool bias) {
     return [p, bias](std::vector<Tensor>& in) { return conv2d(in[0], in[1], bias ? in[2] : Tensor{}, p); };
   };
-  check_op(suite, {{2, 5, 9, 11}, {6, 5, 3, 3}, {6}}, conv(Conv2dParams{.pad_h = 1, .pad_w = 1}, true), 1e-5, rng);
+  check_op(suite, {{2, 5, 9, 11}, {11, 5, 3, 3}, {11}}, conv(Conv2dParams{.pad_h = 1, .pad_w = 1}, true), 1e-5, rng);
   check_op(suite, {{1, 3, 13, 10}, {4, 3, 3, 3}, {4}}, conv(Conv2dParams{.stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1}, true),
            1e-5, rng);
   check_op(suite, {{1, 4, 10, 9}, {6, 2, 3, 2}},
