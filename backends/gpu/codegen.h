@@ -3,11 +3,12 @@
 // Independent of any GPU runtime, so it is built and tested everywhere.
 //
 // Every generated kernel computes the elements of one output box, one work item per element
-// (elementwise, matmul, linear) or per row along an axis (softmax, rms_norm), with the same
+// (elementwise, matmul, linear), per row along an axis (softmax, rms_norm), per group (group_norm)
+// or per block of output channels (conv2d), with the same
 // operations in the same order whatever the box: a sub-box is bitwise equal to the same elements
 // of a full computation on the same device. Sizes, box offsets and strides are kernel arguments,
 // so one compiled kernel serves every box, bucket and view of its op (the source depends only on
-// the op, its attributes, its dtypes and the output rank).
+// the op, its attributes, its dtypes and the ranks).
 //
 // Kernel arguments, in order (the host side fills them with GpuLaunchLayout):
 //   out (global float*), long out_base, long8 out_strides,

@@ -37,7 +37,7 @@ std::string binary_expr(const Dialect& d, BinaryFn fn, const std::string& a, con
 absl::StatusOr<std::string> fused_body(const Dialect& d, const Node& node);
 
 // The kernel an op gets (after the checks every GPU kernel shares: f32 out, rank 1..8, f32
-// inputs except the integer positions of rope and rope_multi).
+// inputs except the integer positions of rope and rope_multi and the ids of gather).
 // Copy: slice, permute and expand, an identity kernel whose input addressing does the move.
 // Conv2d .. Gather: the kernels of codegen_nn.cc.
 enum class Form : uint8_t {
