@@ -286,7 +286,8 @@ class CudaBackend final : public Backend {
     scalar(step.code.depth);
     for (size_t i = 0; i < launch.inputs.size(); ++i) {
       const KernelInput& in = launch.inputs[i];
-      absl::StatusOr<std::pair<CUdeviceptr, int64_t>> r = resolve(in.data);
+      // No data: an input the box does not read (concat's other slabs); a null pointer binds.
+      absl::StatusOr<std::pair<CUdeviceptr, int64_t>> r = in.data == nullptr ? std::make_pair(CUdeviceptr{0}, int64_t{0}) : resolve(in.data);
       if (!r.ok()) return r.status();
       const gpu::InputLayout l = gpu::input_layout(*step.node, static_cast<int>(i), in, r->second / dtype_size(in.dtype), step.code.rank);
       pointers.push_back(r->first);

@@ -298,7 +298,8 @@ class OpenClBackend final : public Backend {
     err |= set(sizeof(cl_long), &depth);
     for (size_t i = 0; i < launch.inputs.size(); ++i) {
       const KernelInput& in = launch.inputs[i];
-      absl::StatusOr<std::pair<const Buffer*, int64_t>> r = resolve(in.data);
+      // No data: an input the box does not read (concat's other slabs); any buffer binds.
+      absl::StatusOr<std::pair<const Buffer*, int64_t>> r = in.data == nullptr ? std::make_pair(out->first, int64_t{0}) : resolve(in.data);
       if (!r.ok()) return r.status();
       const gpu::InputLayout l = gpu::input_layout(*step.node, static_cast<int>(i), in, r->second / dtype_size(in.dtype),
                                                    step.code.rank);
