@@ -27,7 +27,8 @@
 // the group), k's red is the number of keys S and v's the group Hq / Hkv. conv2d's x and weight,
 // reduce's input and group_norm's x carry their own strides axis by axis; conv2d's bias and
 // group_norm's weight and bias vary along output axis 1 (channels); gather's ids vary along the
-// leading output axes and its table along the rest, red being the table's row stride.
+// leading output axes and its table along the rest, red being the table's row stride; reshape's
+// input carries its own strides axis by axis.
 #pragma once
 
 #include <array>
@@ -65,7 +66,7 @@ struct GeneratedKernel {
 // rope and rope_multi (i32 / i64 positions), attention (one work item per output element),
 // conv2d (any stride, padding, dilation, groups), pool2d, upsample, concat (up to 6 inputs),
 // group_norm, reduce (sum, mean, prod, max, min) and gather of f32 rows by i32 / i64 ids (an id
-// out of range gives NaN: kernels cannot fail). See codegen_nn.cc.
+// out of range gives NaN: kernels cannot fail), reshape. See codegen_nn.cc.
 absl::StatusOr<GeneratedKernel> generate_opencl(const Graph& graph, const Node& node);
 
 // The same kernel in CUDA C (codegen_cuda.cc), for NVRTC: same name, arguments and semantics

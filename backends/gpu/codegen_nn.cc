@@ -1,7 +1,7 @@
-// Kernels of the convolution-net and indexing ops for every GPU language: conv2d, pool2d,
-// upsample, concat, group_norm, reduce and gather. Each body is written once over a small
-// language table (Lang: index type, accumulator declaration, output array, cast) and wrapped by
-// the OpenCL C (codegen.cc, hence CUDA) or GLSL (codegen_glsl.cc) kernel frame.
+// Kernels of the convolution-net, indexing and reshaping ops for every GPU language: conv2d,
+// pool2d, upsample, concat, group_norm, reduce, gather and reshape. Each body is written once
+// over a small language table (Lang: index type, accumulator declaration, output array, cast)
+// and wrapped by the OpenCL C (codegen.cc, hence CUDA) or GLSL (codegen_glsl.cc) kernel frame.
 //
 // Determinism: every output element is accumulated in one fixed order whatever the box (conv2d:
 // input channel, then kernel row, then kernel column, the bias last; group_norm: the group's
@@ -100,6 +100,20 @@ std::string upsample(const Lang& l, const Node& node) {
   return absl::StrCat(decode_all(l), "    ", l.index, " src[8];\n", "    for (int d = 0; d < 8; ++d) src[d] = idx[d];\n",
                       "    src[R - 2] = src[R - 2] / ", scale, ";\n    src[R - 1] = src[R - 1] / ", scale, ";\n",
                       store(l, "in0[at(in0_base, s0, src)]"));
+}
+
+// reshape: the output element of row-major index L is the input element of row-major index L
+// (the target shape is an attribute; the input's shape comes from its shape argument).
+std::string reshape(const Lang& l, const Graph& graph, const Node& node) {
+  const Shape& shape = node.attrs_as<ReshapeAttrs>().shape;
+  const int in_rank = graph.node(node.inputs[0]).rank();
+  const std::string I = l.index;
+  std::string s = absl::StrCat(decode_all(l), "    ", I, " linear = 0;\n");
+  for (size_t d = 0; d < shape.size(); ++d) absl::StrAppend(&s, "    linear = linear * ", shape[d], " + idx[", d, "];\n");
+  absl::StrAppend(&s, "    ", I, " src = in0_base;\n");
+  for (int d = in_rank - 1; d >= 0; --d)
+    absl::StrAppend(&s, "    src = src + (linear % sh0[", d, "]) * s0[", d, "];\n    linear = linear / sh0[", d, "];\n");
+  return s + store(l, "in0[src]");
 }
 
 // concat along `axis`: the input whose slab holds the position (slabs from the shape arguments).
@@ -237,6 +251,7 @@ absl::StatusOr<GeneratedKernel> nn_kernel(const Lang& lang, const Graph& graph, 
     }
     case Form::Pool2d: k.name = "tessera_pool2d", body = pool2d(lang, node); break;
     case Form::Upsample: k.name = "tessera_upsample", body = upsample(lang, node); break;
+    case Form::Reshape: k.name = "tessera_reshape", body = reshape(lang, graph, node); break;
     case Form::Concat:
       if (node.inputs.size() > kMaxConcatInputs) return unsupported(node, absl::StrCat("more than ", kMaxConcatInputs, " inputs"));
       k.name = "tessera_concat", body = concat(lang, node);
@@ -279,6 +294,7 @@ bool nn_input_strides(const Node& node, int input, const KernelInput& view, int 
       l.strides[1] = stride(0);  // weight, bias [C]: channels
       return true;
     case OpKind::Reduce:
+    case OpKind::Reshape:
       return own();
     case OpKind::Gather:
       if (input == 1) return own();  // ids: the leading output axes

@@ -130,6 +130,7 @@ absl::StatusOr<Form> kernel_form(const Graph& graph, const Node& node) {
     case OpKind::GroupNorm: return Form::GroupNorm;
     case OpKind::Reduce: return Form::Reduce;
     case OpKind::Gather: return Form::Gather;
+    case OpKind::Reshape: return Form::Reshape;
     default:
       break;
   }

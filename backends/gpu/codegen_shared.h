@@ -42,7 +42,7 @@ absl::StatusOr<std::string> fused_body(const Dialect& d, const Node& node);
 // Conv2d .. Gather: the kernels of codegen_nn.cc.
 enum class Form : uint8_t {
   Unary, Binary, Fused, Dot, Softmax, RmsNorm, Copy, Rope, LayerNorm, Attention,
-  Conv2d, Pool2d, Upsample, Concat, GroupNorm, Reduce, Gather,
+  Conv2d, Pool2d, Upsample, Concat, GroupNorm, Reduce, Gather, Reshape,
 };
 absl::StatusOr<Form> kernel_form(const Graph& graph, const Node& node);
 // Rope and rope_multi: the rotated columns and, per pair of columns (2i, 2i + 1 interleaved;

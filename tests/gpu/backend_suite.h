@@ -141,7 +141,8 @@ inline void check_op(const Suite& suite, const std::vector<Shape>& shapes, const
 
 
 // The ops of convolution nets and indexing on odd shapes: conv2d (padding, stride, dilation,
-// groups, 1x1, with and without bias), pool2d, upsample, concat, group_norm, reduce, gather.
+// groups, 1x1, with and without bias), pool2d, upsample, concat, group_norm, reduce, reshape,
+// gather.
 inline void conv_net_ops(const Suite& suite, std::mt19937_64& rng) {
   auto conv = [](Conv2dParams p, bool bias) {
     return [p, bias](std::vector<Tensor>& in) { return conv2d(in[0], in[1], bias ? in[2] : Tensor{}, p); };
@@ -167,6 +168,8 @@ inline void conv_net_ops(const Suite& suite, std::mt19937_64& rng) {
     CAPTURE(fn_name(fn));
     check_op(suite, {{4, 3, 6}}, [fn](std::vector<Tensor>& in) { return reduce(fn, in[0], {2}); }, 1e-5, rng);
   }
+  check_op(suite, {{6, 35}}, [](std::vector<Tensor>& in) { return reshape(in[0], Shape{3, 5, 2, 7}); }, 0, rng);
+  check_op(suite, {{3, 4, 5}}, [](std::vector<Tensor>& in) { return reshape(in[0], Shape{60}); }, 0, rng);
   for (DType ids : {DType::I32, DType::I64})
     check_op(suite, {{40, 6}, {3, 4}}, [](std::vector<Tensor>& in) { return gather(in[0], in[1]); }, 0, rng, {DType::F32, ids});
 }

@@ -63,6 +63,7 @@ struct Covered {
     nodes.push_back(sum(m, {1}));
     nodes.push_back(mean(m, {0, 2}, true));
     nodes.push_back(reduce(ReduceFn::Max, m, {2}));
+    nodes.push_back(reshape(m, Shape{4, 9}));
     Tensor table = g.input("table", {40, 6}, DType::F32);
     nodes.push_back(gather(table, g.input("i32", {3}, DType::I32)));
     nodes.push_back(gather(table, g.input("i64", {2, 2}, DType::I64)));
