@@ -7,7 +7,7 @@
 // round, alternating with our rounds so that both see the same machine load.
 //
 // Usage: conv_bench [--rounds R] [--reps K] [--threads LIST] [--only TEXT] [--no-peer]
-//                   [--reference] [--cpu-time]
+//                   [--reference] [--cpu-time] [--backend NAME]
 //   --rounds R     rounds of (ours, peer) per thread count (default 3)
 //   --reps K       timed runs per shape and round (default 3), after one warm-up
 //   --threads LIST comma-separated thread counts (default 1,2)
@@ -16,11 +16,15 @@
 //   --reference    also time the reference backend once per shape (1 thread; slow)
 //   --cpu-time     time by process CPU time instead of wall time, ours and the peer's (for a
 //                  busy machine; meaningful with 1 thread only)
+//   --backend NAME also time each shape on that backend (a GPU plugin: opencl, vulkan, cuda;
+//                  its fallback on the CPU with the first thread count), rounds x reps runs
+//                  beside ours, and print its device and the steps that fell back per run
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <memory>
@@ -84,6 +88,7 @@ struct Options {
   std::string only;
   bool peer = true, reference = false;
   bool cpu_time = false;  // time by this process's CPU time (a busy machine, 1 thread)
+  std::string backend;    // a device backend timed beside ours
 };
 
 bool g_cpu_time = false;
@@ -132,6 +137,7 @@ struct ConvRun {
   }
 
   double copy_seconds = 1e30;  // the least time seen for copying the valid output out
+  int64_t fallback_steps = 0;  // of the last computing read
 
   // Seconds of one read of the whole output after a write of the whole input, less the copy of
   // the output into the caller's buffer (its least time, from a second read that finds the
@@ -142,6 +148,7 @@ struct ConvRun {
     const double start = now_seconds();
     session->read("out", out_box, out);
     const double computed = now_seconds();
+    fallback_steps = session->stats().fallback_steps;
     session->read("out", out_box, out);
     const double copied = now_seconds();
     copy_seconds = std::min(copy_seconds, copied - computed);
@@ -183,9 +190,10 @@ void print_usage(std::FILE* f) {
       f,
       "usage: conv_bench [--rounds R] [--reps K] [--threads LIST] [--only TEXT] [--no-peer] "
       "[--reference]\n"
-      "                  [--cpu-time]\n"
+      "                  [--cpu-time] [--backend NAME]\n"
       "Times our conv2d per TAEF2 / RDN layer shape through a GraphSession, beside PyTorch\n"
-      "(bench/peer_torch_conv.py via .venv/bin/python) when available.\n");
+      "(bench/peer_torch_conv.py via .venv/bin/python) when available, and with --backend NAME\n"
+      "on that backend too (opencl, vulkan, cuda: plugins on TESSERA_BACKEND_PATH).\n");
 }
 
 bool parse(int argc, char** argv, Options& o) {
@@ -202,9 +210,11 @@ bool parse(int argc, char** argv, Options& o) {
     } else if (arg == "--reference") {
       o.reference = true;
     } else if (const char* v =
-                   (arg == "--rounds" || arg == "--reps" || arg == "--threads" || arg == "--only")
+                   (arg == "--rounds" || arg == "--reps" || arg == "--threads" || arg == "--only" ||
+                    arg == "--backend")
                        ? value()
                        : nullptr) {
+      if (arg == "--backend") o.backend = v;
       if (arg == "--rounds") o.rounds = std::max(1, std::atoi(v));
       if (arg == "--reps") o.reps = std::max(1, std::atoi(v));
       if (arg == "--only") o.only = v;
@@ -261,6 +271,36 @@ int main(int argc, char** argv) {
     for (size_t k = 0; k < count; ++k)
       for (double& seconds : ours[t][k]) seconds = std::max(seconds - runs[k]->copy_seconds, 1e-9);
   }
+  // On the device backend: its own rounds of every shape, after ours (seconds per run).
+  std::vector<std::vector<double>> device(count);
+  std::vector<int64_t> device_fallback(count, 0);
+  std::string device_name;
+  if (!options.backend.empty()) {
+    if (std::getenv("TESSERA_BACKEND_PATH") == nullptr) setenv("TESSERA_BACKEND_PATH", TESSERA_PLUGIN_DIR, 1);
+    try {
+      std::vector<std::unique_ptr<ConvRun>> runs;
+      for (const ConvShape& s : shapes) {
+        std::fprintf(stderr, "%s: building %s\n", options.backend.c_str(), s.label.c_str());
+        SessionOptions so;
+        so.threads = options.threads[0];
+        so.backend_name = options.backend;
+        runs.push_back(std::make_unique<ConvRun>(s, so));
+      }
+      device_name = runs.empty() ? options.backend : runs[0]->session->backend().description();
+      for (int round = 0; round < options.rounds; ++round) {
+        std::fprintf(stderr, "%s: round %d/%d\n", options.backend.c_str(), round + 1, options.rounds);
+        for (size_t k = 0; k < count; ++k)
+          for (int rep = 0; rep < options.reps; ++rep) device[k].push_back(runs[k]->time_once());
+      }
+      for (size_t k = 0; k < count; ++k) {
+        device_fallback[k] = runs[k]->fallback_steps;
+        for (double& seconds : device[k]) seconds = std::max(seconds - runs[k]->copy_seconds, 1e-9);
+      }
+    } catch (const Error& e) {
+      std::fprintf(stderr, "error: %s\n", e.what());
+      return 1;
+    }
+  }
   std::vector<double> reference(count, 0);
   if (options.reference) {
     for (size_t k = 0; k < count; ++k) {
@@ -280,6 +320,7 @@ int main(int argc, char** argv) {
   for (int threads : options.threads)
     std::printf(" | %dt ours ms (GF/s)       %s", threads,
                 peer ? "torch ms (GF/s)       ratio" : "");
+  if (!options.backend.empty()) std::printf(" | %-8s ms (GF/s)     fb", options.backend.c_str());
   if (options.reference) std::printf(" | ref 1t ms  speed-up");
   std::printf("\n");
   double total_flops = 0;
@@ -299,6 +340,9 @@ int main(int argc, char** argv) {
                     b > 0 ? a / b : 0.0);
       }
     }
+    if (!options.backend.empty())
+      std::printf(" | %7.2f/%7.2f (%5.1f) %2lld", min_of(device[k]) * 1e3, median_of(device[k]) * 1e3,
+                  gflop / min_of(device[k]), static_cast<long long>(device_fallback[k]));
     if (options.reference)
       std::printf(" | %9.1f %7.1fx", reference[k] * 1e3, reference[k] / min_of(ours[0][k]));
     std::printf("\n");
@@ -311,6 +355,14 @@ int main(int argc, char** argv) {
                   total_theirs[t] > 0 ? total_flops / total_theirs[t] : 0.0,
                   total_theirs[t] > 0 ? total_ours[t] / total_theirs[t] : 0.0);
   }
+  if (!options.backend.empty()) {
+    double total_device = 0;
+    for (size_t k = 0; k < count; ++k) total_device += min_of(device[k]);
+    std::printf(" | %7.2f         (%5.1f)", total_device * 1e3, total_flops / total_device);
+  }
   std::printf("\n(ratio: our time / PyTorch's time, below 1 is faster)\n");
+  if (!options.backend.empty())
+    std::printf("%s: %s (fb: steps run on the CPU fallback per run; its threads: %d)\n", options.backend.c_str(),
+                device_name.c_str(), options.threads[0]);
   return 0;
 }

@@ -11,8 +11,12 @@
 // our rounds so that both see the same machine load. PyTorch has no incremental edit: its full
 // forward time is printed next to our edit time.
 //
+// With --backend NAME the same nets also run in sessions on that backend (a GPU plugin: opencl,
+// vulkan, cuda), in the same rounds after ours; a table gives their times, the device, and the
+// steps that ran on the CPU fallback per read (0: the whole net ran on the device).
+//
 // Usage: convnet_bench [--rounds R] [--reps K] [--threads LIST] [--only TEXT] [--no-peer]
-//                      [--models DIR]
+//                      [--models DIR] [--backend NAME]
 //   --rounds R     rounds of (ours, peer) per thread count (default 5)
 //   --reps K       timed runs of each kind per net and round (default 2), after one warm-up
 //   --threads LIST comma-separated thread counts (default 1,2)
@@ -20,6 +24,7 @@
 //   --no-peer      skip PyTorch
 //   --models DIR   where taesd/ and upscaler/ are (default ../shared/models, or
 //                  TESSERA_CONV_MODELS)
+//   --backend NAME also time the nets on that backend (its CPU fallback uses the thread count)
 #include <unistd.h>
 
 #include <algorithm>
@@ -89,11 +94,14 @@ struct NetRun {
   Box out_box;
   int full_count = 0, edit_count = 0;
   int64_t full_elements = 0, edit_elements = 0;
+  int64_t full_fallback = 0, edit_fallback = 0;  // steps on the CPU fallback (device backends)
 
-  NetRun(const Net& n, const std::string& models, int threads) : net(n) {
+  // `backend`: a backend name, or "" for the default CPU backend.
+  NetRun(const Net& n, const std::string& models, int threads, const std::string& backend = "") : net(n) {
     graph = n.build(models + "/" + n.file, n.shape);
     SessionOptions options;
     options.threads = threads;
+    options.backend_name = backend;
     options.hints = {{n.input, InputHint::Kind::Edits}};
     session = std::make_unique<GraphSession>(*graph, std::move(options));
     out_box = Box::full(graph->node(graph->find_output(n.output)).shape);
@@ -117,6 +125,7 @@ struct NetRun {
     session->write(net.input, Box::full(net.shape), inputs[full_count++ % 2]);
     const double end = read_output();
     full_elements = session->stats().elements_computed;
+    full_fallback = session->stats().fallback_steps;
     return end - start;
   }
 
@@ -126,6 +135,7 @@ struct NetRun {
     session->write(net.input, net.edit, patches[edit_count++ % 2]);
     const double end = read_output();
     edit_elements = session->stats().elements_computed;
+    edit_fallback = session->stats().fallback_steps;
     return end - start;
   }
 };
@@ -162,24 +172,25 @@ double median_of(std::vector<double> v) {
 struct Options {
   int rounds = 5, reps = 2;
   std::vector<int> threads = {1, 2};
-  std::string only, models;
+  std::string only, models, backend;
   bool peer = true;
 };
 
 void print_usage(std::FILE* f) {
   std::fprintf(f,
                "usage: convnet_bench [--rounds R] [--reps K] [--threads LIST] [--only TEXT] "
-               "[--no-peer] [--models DIR]\n"
+               "[--no-peer] [--models DIR] [--backend NAME]\n"
                "Times the TAEF2 encoder/decoder and the RDN x2 upscaler (full forward and a small "
                "edit)\nthrough a GraphSession, beside PyTorch (bench/peer_torch_convnets.py) when "
-               ".venv/bin/python exists.\n");
+               ".venv/bin/python exists,\nand with --backend NAME on that backend too (opencl, vulkan, "
+               "cuda: plugins on TESSERA_BACKEND_PATH).\n");
 }
 
 bool parse(int argc, char** argv, Options& o) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     const bool takes_value = arg == "--rounds" || arg == "--reps" || arg == "--threads" ||
-                             arg == "--only" || arg == "--models";
+                             arg == "--only" || arg == "--models" || arg == "--backend";
     if (arg == "--help" || arg == "-h") {
       print_usage(stdout);
       std::exit(0);
@@ -191,6 +202,7 @@ bool parse(int argc, char** argv, Options& o) {
       if (arg == "--reps") o.reps = std::max(1, std::atoi(v));
       if (arg == "--only") o.only = v;
       if (arg == "--models") o.models = v;
+      if (arg == "--backend") o.backend = v;
       if (arg == "--threads") {
         o.threads.clear();
         std::stringstream list(v);
@@ -222,11 +234,17 @@ int main(int argc, char** argv) {
     if (options.only.empty() || n.name.find(options.only) != std::string::npos)
       nets.push_back(std::move(n));
   const bool peer = options.peer && access(".venv/bin/python", X_OK) == 0;
+  const bool on_device = !options.backend.empty();
+  if (on_device && std::getenv("TESSERA_BACKEND_PATH") == nullptr) setenv("TESSERA_BACKEND_PATH", TESSERA_PLUGIN_DIR, 1);
   const size_t count = nets.size(), thread_counts = options.threads.size();
   // [thread count][net]: seconds per run; elements of the last full and edit reads.
   std::vector<std::vector<std::vector<double>>> full(thread_counts), edit(thread_counts),
       theirs(thread_counts);
   std::vector<std::vector<int64_t>> full_elements(thread_counts), edit_elements(thread_counts);
+  // The same on the device backend, and its fallback steps per full / edit read.
+  std::vector<std::vector<std::vector<double>>> device_full(thread_counts), device_edit(thread_counts);
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> device_fallback(thread_counts);
+  std::string device_name;
   std::vector<double> loads;
   try {
     for (size_t t = 0; t < thread_counts; ++t) {
@@ -234,6 +252,14 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "%d thread(s): loading %zu nets\n", threads, count);
       std::vector<std::unique_ptr<NetRun>> runs;
       for (const Net& n : nets) runs.push_back(std::make_unique<NetRun>(n, options.models, threads));
+      std::vector<std::unique_ptr<NetRun>> device_runs;
+      if (on_device) {
+        std::fprintf(stderr, "%d thread(s): loading %zu nets on %s\n", threads, count, options.backend.c_str());
+        for (const Net& n : nets) device_runs.push_back(std::make_unique<NetRun>(n, options.models, threads, options.backend));
+        if (!device_runs.empty()) device_name = device_runs[0]->session->backend().description();
+      }
+      device_full[t].assign(count, {});
+      device_edit[t].assign(count, {});
       full[t].assign(count, {});
       edit[t].assign(count, {});
       theirs[t].assign(count, {});
@@ -246,6 +272,11 @@ int main(int argc, char** argv) {
             full[t][k].push_back(runs[k]->time_full());
             edit[t][k].push_back(runs[k]->time_edit());
           }
+        for (size_t k = 0; k < device_runs.size(); ++k)
+          for (int rep = 0; rep < options.reps; ++rep) {
+            device_full[t][k].push_back(device_runs[k]->time_full());
+            device_edit[t][k].push_back(device_runs[k]->time_edit());
+          }
         if (peer && !run_peer(nets, options.models, threads, options.reps, theirs[t]))
           std::fprintf(stderr, "peer_torch_convnets.py failed (round %d)\n", round + 1);
       }
@@ -253,6 +284,7 @@ int main(int argc, char** argv) {
         full_elements[t].push_back(runs[k]->full_elements);
         edit_elements[t].push_back(runs[k]->edit_elements);
       }
+      for (const auto& run : device_runs) device_fallback[t].emplace_back(run->full_fallback, run->edit_fallback);
     }
   } catch (const Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
@@ -285,6 +317,19 @@ int main(int argc, char** argv) {
       "(full / edit ratio columns: our min time / PyTorch's min full time, below 1 is faster; "
       "edit boxes: 16x20 pixels, 2x2 latents for taef2_decoder, whose GroupNorm makes a latent "
       "edit dirty everywhere)\n");
+  if (on_device) {
+    std::printf("\non %s: %s (ms: min / median; fallback: steps run on the CPU per read)\n", options.backend.c_str(),
+                device_name.c_str());
+    std::printf("%-14s %3s | %-19s | %-19s | %-19s | %s\n", "net", "thr", "full", "edit", "cpu full (above)",
+                "fallback full / edit");
+    for (size_t t = 0; t < thread_counts; ++t)
+      for (size_t k = 0; k < count; ++k)
+        std::printf("%-14s %3d | %8.1f / %8.1f | %8.1f / %8.1f | %8.1f / %8.1f | %lld / %lld\n", nets[k].name.c_str(),
+                    options.threads[t], min_of(device_full[t][k]) * 1e3, median_of(device_full[t][k]) * 1e3,
+                    min_of(device_edit[t][k]) * 1e3, median_of(device_edit[t][k]) * 1e3, min_of(full[t][k]) * 1e3,
+                    median_of(full[t][k]) * 1e3, static_cast<long long>(device_fallback[t][k].first),
+                    static_cast<long long>(device_fallback[t][k].second));
+  }
   std::printf("load average (1 min) seen: min %.2f, max %.2f\n",
               *std::min_element(loads.begin(), loads.end()),
               *std::max_element(loads.begin(), loads.end()));

@@ -11,7 +11,14 @@
 // planner's share of a decode step, the plan cache's hits and the time of a read that needs no
 // recomputation.
 //
-//   llm_bench [--threads LIST] [--rounds R] [--steps S] [--peers LIST] [--mapped-weights] MODEL.gguf...
+//   llm_bench [--threads LIST] [--rounds R] [--steps S] [--peers LIST] [--mapped-weights]
+//             [--backend NAME [--backend-full]] MODEL.gguf...
+//
+// --backend NAME also runs a session on that backend (a GPU plugin: opencl, vulkan, cuda; the ops
+// it lacks run on the CPU fallback with the same thread count) in the same rounds, after ours, as
+// a row of its own, and prints its device and the steps that fell back per read. On a device it
+// measures prefill 128 and decode at 128 only, unless --backend-full (PoCL and lavapipe emulate a
+// GPU on these CPUs: the long contexts take minutes there).
 //
 // Our linear kernels read TESSERA_LINEAR from the environment (int8 activations by default,
 // f32 for the precise path); the header says which one ran.
@@ -115,6 +122,8 @@ double decode_weight_bytes(const LlmModel& model) {
 
 struct Figures {
   double prefill128 = 0, prefill512 = 0, decode128 = 0, decode1024 = 0;  // seconds (per token for decode)
+  // Of the last prefill and decode reads: steps on the fallback backend and explicit copies.
+  int64_t prefill_fallback = 0, decode_fallback = 0, decode_copies = 0;
 };
 
 // Greedy decode of `steps` tokens after the ids [0, t); returns seconds per token. Appends the
@@ -146,11 +155,16 @@ double prefill(GraphSession& s, const std::vector<int32_t>& corpus, int64_t n, i
   return seconds_since(start);
 }
 
+// `full`: also prefill 512 and decode at 1024.
 Figures measure(GraphSession& s, const std::vector<int32_t>& corpus, int64_t vocab, int steps,
-                std::vector<double>& plan_128, std::vector<double>& plan_1024) {
+                std::vector<double>& plan_128, std::vector<double>& plan_1024, bool full = true) {
   Figures f;
   f.prefill128 = prefill(s, corpus, 128, vocab);
+  f.prefill_fallback = s.stats().fallback_steps;
   f.decode128 = decode(s, {corpus.begin(), corpus.begin() + 128}, vocab, steps, plan_128);
+  f.decode_fallback = s.stats().fallback_steps;
+  f.decode_copies = s.stats().copies;
+  if (!full) return f;
   f.prefill512 = prefill(s, corpus, 512, vocab);
   s.write("ids", Box{{512, 1024}}, std::vector<int32_t>(corpus.begin() + 512, corpus.begin() + 1024));
   s.read<float>("logits", Box{{1023, 1024}, {0, vocab}});
@@ -248,6 +262,8 @@ struct Options {
   std::vector<std::string> peers = {"llama.cpp"};
   bool huge_pages = true;
   std::vector<std::string> models;
+  std::string backend;  // a device backend measured beside ours
+  bool backend_full = false;
 };
 
 void print_usage(std::FILE* f) {
@@ -261,6 +277,8 @@ void print_usage(std::FILE* f) {
                "                   (bench/peer_llama_cpp.py), torch (transformers, float32: bench/peer_transformers.py);\n"
                "                   default llama.cpp; --no-peer: none\n"
                "  --mapped-weights read weights from the file mapping instead of huge-page copies\n"
+               "  --backend NAME   also measure a session on that backend (opencl, vulkan, cuda: plugins on\n"
+               "                   TESSERA_BACKEND_PATH): prefill 128 and decode @128, all four with --backend-full\n"
                "Prefill 128 and 512 tokens, decode at context 128 and 1024 (tokens/s, min and median over\n"
                "rounds), the decode bandwidth bound, the planner's share of a decode step, plan cache hits\n"
                "and the time of a read with nothing to do.\n");
@@ -276,6 +294,10 @@ bool parse(int argc, char** argv, Options& o) {
       o.peers.clear();
     } else if (arg == "--mapped-weights") {
       o.huge_pages = false;
+    } else if (arg == "--backend-full") {
+      o.backend_full = true;
+    } else if (arg == "--backend" && i + 1 < argc) {
+      o.backend = argv[++i];
     } else if ((arg == "--threads" || arg == "--rounds" || arg == "--steps" || arg == "--peers") && i + 1 < argc) {
       const char* v = argv[++i];
       if (arg == "--peers") {
@@ -324,6 +346,8 @@ int main(int argc, char** argv) {
     if (access(".venv/bin/python", X_OK) == 0 && std::system(check.c_str()) == 0) peers.push_back(kind);
     else std::fprintf(stderr, "%s peer unavailable (%s fails)\n", kind.label, check.c_str());
   }
+  if (!options.backend.empty() && std::getenv("TESSERA_BACKEND_PATH") == nullptr)
+    setenv("TESSERA_BACKEND_PATH", TESSERA_PLUGIN_DIR, 1);
   const char* linear = std::getenv("TESSERA_LINEAR");
   std::vector<double> loads = {load_average()};
   std::vector<double> bandwidth;
@@ -367,11 +391,24 @@ int main(int argc, char** argv) {
         measure(*s, corpus, vocab, 2, plan_128, plan_1024);  // warm-up: compiles the plans
         plan_128.clear();
         plan_1024.clear();
+        std::unique_ptr<GraphSession> device;  // on options.backend
+        std::vector<Figures> on_device;
+        std::vector<double> device_plans;
+        if (!options.backend.empty()) {
+          SessionOptions device_options;
+          device_options.threads = options.threads[t];
+          device_options.backend_name = options.backend;
+          device = model->new_session(device_options);
+          std::fprintf(stderr, "%s, %d thread(s): warming up on %s\n", path.c_str(), options.threads[t],
+                       device->backend().description().c_str());
+          measure(*device, corpus, vocab, 2, device_plans, device_plans, options.backend_full);  // compiles plans and kernels
+        }
         for (int round = 0; round < options.rounds; ++round) {
           loads.push_back(load_average());
           std::fprintf(stderr, "%s, %d thread(s): round %d/%d (load %.2f)\n", path.c_str(), options.threads[t],
                        round + 1, options.rounds, loads.back());
           ours.push_back(measure(*s, corpus, vocab, options.steps, plan_128, plan_1024));
+          if (device) on_device.push_back(measure(*device, corpus, vocab, options.steps, device_plans, device_plans, options.backend_full));
           for (size_t p = 0; p < running.size(); ++p) {
             Figures f;
             if (running[p]->round(f)) theirs[p].push_back(f);
@@ -388,14 +425,22 @@ int main(int argc, char** argv) {
           for (const auto& [field, tokens] : columns) {
             std::vector<double> seconds;
             for (const Figures& f : figures) seconds.push_back(f.*field);
-            std::printf(" | %6.1f / %6.1f", rate(min_of(seconds), tokens), rate(median_of(seconds), tokens));
+            if (min_of(seconds) == 0) std::printf(" | %15s", "-");  // not measured
+            else std::printf(" | %6.1f / %6.1f", rate(min_of(seconds), tokens), rate(median_of(seconds), tokens));
           }
           std::printf(" |\n");
         };
         row("tessera", ours);
+        row(options.backend.c_str(), on_device);
         for (size_t p = 0; p < peers.size(); ++p) row(peers[p].label, theirs[p]);
         std::printf("%3d %-9s | %15s | %15s | %15s | %15s | %6.1f tokens/s\n", options.threads[t], "bound", "", "", "",
                     "", bandwidth[t] / weight_bytes);
+        if (!on_device.empty())
+          std::printf("%3d %-9s : %s; per read %lld steps on the CPU fallback (prefill), %lld (decode) with %lld copies\n",
+                      options.threads[t], options.backend.c_str(), device->backend().description().c_str(),
+                      static_cast<long long>(on_device.back().prefill_fallback),
+                      static_cast<long long>(on_device.back().decode_fallback),
+                      static_cast<long long>(on_device.back().decode_copies));
       }
       const auto [noop_min, noop_median] = noop_reads(*s, model->keys()[0].id, 1023, 200);
       const PlanCacheStats& plans = s->stats().plans;

@@ -259,7 +259,7 @@ class CudaBackend final : public Backend {
     std::vector<Long8> vectors;
     pointers.reserve(1 + launch.inputs.size());
     scalars.reserve(4 + 2 * launch.inputs.size());
-    vectors.reserve(3 + launch.inputs.size());
+    vectors.reserve(3 + 2 * launch.inputs.size());  // no reallocation: params point into it
     std::vector<void*> params;
     auto vec = [&](const std::array<int64_t, 8>& v) {
       Long8 x;
@@ -286,7 +286,8 @@ class CudaBackend final : public Backend {
     scalar(step.code.depth);
     for (size_t i = 0; i < launch.inputs.size(); ++i) {
       const KernelInput& in = launch.inputs[i];
-      absl::StatusOr<std::pair<CUdeviceptr, int64_t>> r = resolve(in.data);
+      // No data: an input the box does not read (concat's other slabs); a null pointer binds.
+      absl::StatusOr<std::pair<CUdeviceptr, int64_t>> r = in.data == nullptr ? std::make_pair(CUdeviceptr{0}, int64_t{0}) : resolve(in.data);
       if (!r.ok()) return r.status();
       const gpu::InputLayout l = gpu::input_layout(*step.node, static_cast<int>(i), in, r->second / dtype_size(in.dtype), step.code.rank);
       pointers.push_back(r->first);
@@ -294,6 +295,7 @@ class CudaBackend final : public Backend {
       scalar(l.base);
       vec(l.strides);
       scalar(l.red);
+      vec(l.shape);
     }
     for (const Box& box : launch.boxes) {
       const int64_t items = gpu::work_items(step.code, box);

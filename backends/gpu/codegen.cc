@@ -53,10 +53,12 @@ std::string signature(const std::string& name, const std::vector<std::string>& t
                                "(__global float* out, long out_base, long8 out_st, long8 begin, long8 ext, long items, "
                                "long depth");
   for (size_t k = 0; k < inputs; ++k)
-    absl::StrAppend(&s, ", __global const ", types[k], "* in", k, ", long in", k, "_base, long8 in", k, "_st, long in", k, "_red");
+    absl::StrAppend(&s, ", __global const ", types[k], "* in", k, ", long in", k, "_base, long8 in", k, "_st, long in", k, "_red",
+                    ", long8 in", k, "_shape");
   absl::StrAppend(&s, ") {\n  const long g = get_global_id(0);\n  if (g >= items) return;\n",
                   "  const long b[8] = ARR(begin), e[8] = ARR(ext), os[8] = ARR(out_st);\n");
-  for (size_t k = 0; k < inputs; ++k) absl::StrAppend(&s, "  const long s", k, "[8] = ARR(in", k, "_st);\n");
+  for (size_t k = 0; k < inputs; ++k)
+    absl::StrAppend(&s, "  const long s", k, "[8] = ARR(in", k, "_st), sh", k, "[8] = ARR(in", k, "_shape);\n");
   absl::StrAppend(&s, "  (void)depth;\n");
   return s;
 }
@@ -240,6 +242,11 @@ GeneratedKernel attention(const Node& node) {
 
 }  // namespace
 
+std::string detail::opencl_kernel(const Graph& graph, const Node& node, const std::string& name, const std::string& body,
+                                  int rank) {
+  return absl::StrCat(preamble(rank), signature(name, input_types(graph, node)), body, "}\n");
+}
+
 absl::StatusOr<GeneratedKernel> generate_opencl(const Graph& graph, const Node& node) {
   absl::StatusOr<detail::Form> form = detail::kernel_form(graph, node);
   if (!form.ok()) return form.status();
@@ -260,6 +267,7 @@ absl::StatusOr<GeneratedKernel> generate_opencl(const Graph& graph, const Node& 
     case detail::Form::Rope: k = rope(graph, node); break;
     case detail::Form::LayerNorm: k = layer_norm(node); break;
     case detail::Form::Attention: k = attention(node); break;
+    default: k = detail::nn_kernel(detail::kOpenClLang, graph, node, *form); break;  // codegen_nn.cc
   }
   if (k.ok()) detail::set_depth(graph, node, *k);
   return k;
@@ -288,6 +296,8 @@ InputLayout input_layout(const Node& node, int input, const KernelInput& view, i
   l.base = origin(view, element_offset);
   const int r = view.rank();
   auto stride = [&](int d) { return view.strides[static_cast<size_t>(d)]; };
+  for (int d = 0; d < 8; ++d) l.shape[static_cast<size_t>(d)] = d < r ? view.shape[static_cast<size_t>(d)] : 1;
+  if (detail::nn_input_strides(node, input, view, out_rank, l)) return l;  // codegen_nn.cc
   auto broadcast = [&]() {  // numpy broadcasting: input axis d is output axis out_rank - r + d
     for (int d = 0; d < r; ++d)
       if (view.shape[static_cast<size_t>(d)] != 1) l.strides[static_cast<size_t>(out_rank - r + d)] = stride(d);
@@ -338,6 +348,10 @@ InputLayout input_layout(const Node& node, int input, const KernelInput& view, i
 int64_t work_items(const GeneratedKernel& kernel, const Box& box) {
   if (box.empty()) return 0;
   if (kernel.shape == KernelShape::Elements) return box.volume();
+  if (kernel.shape == KernelShape::Groups)
+    return box.extent(0) * ((box.end(1) - 1) / kernel.depth - box.begin(1) / kernel.depth + 1);
+  if (kernel.shape == KernelShape::Blocks)
+    return box.volume() / box.extent(kernel.axis) * ((box.extent(kernel.axis) + kernel.depth - 1) / kernel.depth);
   return box.volume() / box.extent(kernel.axis);
 }
 

@@ -3,23 +3,32 @@
 // Independent of any GPU runtime, so it is built and tested everywhere.
 //
 // Every generated kernel computes the elements of one output box, one work item per element
-// (elementwise, matmul, linear) or per row along an axis (softmax, rms_norm), with the same
+// (elementwise, matmul, linear), per row along an axis (softmax, rms_norm), per group (group_norm)
+// or per block of output channels (conv2d), with the same
 // operations in the same order whatever the box: a sub-box is bitwise equal to the same elements
 // of a full computation on the same device. Sizes, box offsets and strides are kernel arguments,
 // so one compiled kernel serves every box, bucket and view of its op (the source depends only on
-// the op, its attributes, its dtypes and the output rank).
+// the op, its attributes, its dtypes and the ranks).
 //
 // Kernel arguments, in order (the host side fills them with GpuLaunchLayout):
 //   out (global float*), long out_base, long8 out_strides,
 //   long8 begin, long8 extent, long items (work items: elements or rows of the box),
-//   per input k: in_k (global const float*), long in_k_base, long8 in_k_strides, long in_k_red
-// Strides are per OUTPUT axis (zero where an input is broadcast or does not vary with that
+//   per input k: in_k (global const float*), long in_k_base, long8 in_k_strides, long in_k_red,
+//                long8 in_k_shape
+// `shape` is input k's full shape (1 past its rank), whatever part of it the view holds: what a
+// kernel needs beyond the box (group_norm's groups span channels and all spatial positions,
+// conv2d and pool2d bound their padding by the input's height and width, concat finds the input
+// of a position along its axis). Strides are per OUTPUT axis (zero where an input is broadcast or does not vary with that
 // axis); `red` is the input's stride along the reduction of matmul / linear (K). Bases are
 // element offsets such that element index i of the output reads base + sum_d i[d] * strides[d].
 // Exceptions: rope / rope_multi positions (i32 or i64 inputs) vary along the output's row axis
 // (rank - 3), red being rope_multi's stride between position axes; attention's q, k and v
 // carry their own strides axis by axis (keys walk the row axis, the head index is divided by
-// the group), k's red is the number of keys S and v's the group Hq / Hkv.
+// the group), k's red is the number of keys S and v's the group Hq / Hkv. conv2d's x and weight,
+// reduce's input and group_norm's x carry their own strides axis by axis; conv2d's bias and
+// group_norm's weight and bias vary along output axis 1 (channels); gather's ids vary along the
+// leading output axes and its table along the rest, red being the table's row stride; reshape's
+// input carries its own strides axis by axis.
 #pragma once
 
 #include <array>
@@ -37,6 +46,9 @@ namespace tessera::gpu {
 enum class KernelShape : uint8_t {
   Elements,  // one work item per output element of the box
   Rows,      // one work item per row along `axis` (the whole row is read, the box's part written)
+  Groups,    // one work item per (axis 0 index, group of `depth` entries along axis 1) the box meets
+  Blocks,    // one work item per `depth` consecutive entries of the box along `axis`, per position
+             // of the other axes (the last block may be partial)
 };
 
 struct GeneratedKernel {
@@ -51,7 +63,10 @@ struct GeneratedKernel {
 // The kernel of `node`, or Unimplemented naming what is missing (the session then runs the node
 // on its host fallback). Supported: f32 unary, binary (arithmetic), fused_elementwise, matmul,
 // linear with f32 weights, softmax / log_softmax, rms_norm, layer_norm, slice, permute, expand,
-// rope and rope_multi (i32 / i64 positions), attention (one work item per output element).
+// rope and rope_multi (i32 / i64 positions), attention (one work item per output element),
+// conv2d (any stride, padding, dilation, groups), pool2d, upsample, concat (up to 6 inputs),
+// group_norm, reduce (sum, mean, prod, max, min) and gather of f32 rows by i32 / i64 ids (an id
+// out of range gives NaN: kernels cannot fail), reshape. See codegen_nn.cc.
 absl::StatusOr<GeneratedKernel> generate_opencl(const Graph& graph, const Node& node);
 
 // The same kernel in CUDA C (codegen_cuda.cc), for NVRTC: same name, arguments and semantics
@@ -71,6 +86,7 @@ struct InputLayout {
   int64_t base = 0;
   std::array<int64_t, 8> strides{};
   int64_t red = 0;
+  std::array<int64_t, 8> shape{};  // the input's full shape, 1 past its rank
 };
 
 // How input `input` of `node` is addressed through `view` (whose data pointer is already
@@ -82,11 +98,12 @@ InputLayout output_layout(const TensorView& view, int64_t element_offset);
 int64_t work_items(const GeneratedKernel& kernel, const Box& box);
 
 // Appends the parameters of one GLSL dispatch to `params`: items, depth, out base, out strides
-// [8], box begin [8], box extent [8] (1 past the rank), then per input base, strides [8], red.
+// [8], box begin [8], box extent [8] (1 past the rank), then per input base, strides [8], red,
+// shape [8].
 // OutOfRange (nothing appended) when a value does not fit int32.
 absl::Status append_glsl_params(const InputLayout& out, const Box& box, int64_t items, int64_t depth,
                                 std::span<const InputLayout> inputs, std::vector<int32_t>& params);
 inline constexpr int kGlslFixedParams = 27;  // before the first input's
-inline constexpr int kGlslInputParams = 10;  // per input
+inline constexpr int kGlslInputParams = 18;  // per input
 
 }  // namespace tessera::gpu

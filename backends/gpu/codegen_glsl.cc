@@ -92,8 +92,8 @@ std::string shader(int rank, const std::vector<DType>& types, const std::string&
   for (size_t k = 0; k < inputs; ++k) {
     const size_t at = kGlslFixedParams + k * kGlslInputParams;
     absl::StrAppend(&s, "  const int in", k, "_base = P[p + ", at, "], in", k, "_red = P[p + ",
-                    at + 9, "];\n", "  int s", k, "[8];\n  for (int d = 0; d < 8; ++d) s", k,
-                    "[d] = P[p + ", at + 1, " + d];\n");
+                    at + 9, "];\n", "  int s", k, "[8], sh", k, "[8];\n  for (int d = 0; d < 8; ++d) { s", k,
+                    "[d] = P[p + ", at + 1, " + d]; sh", k, "[d] = P[p + ", at + 10, " + d]; }\n");
   }
   absl::StrAppend(&s,
                   "  const uint step = gl_NumWorkGroups.x * gl_WorkGroupSize.x;\n"
@@ -300,6 +300,10 @@ GeneratedKernel attention(const Node& node) {
 
 }  // namespace
 
+std::string detail::glsl_kernel(const Graph& graph, const Node& node, const std::string& body, int rank) {
+  return shader(rank, input_types(graph, node), body);
+}
+
 absl::StatusOr<GeneratedKernel> generate_glsl(const Graph& graph, const Node& node) {
   absl::StatusOr<detail::Form> form = detail::kernel_form(graph, node);
   if (!form.ok()) return form.status();
@@ -345,6 +349,12 @@ absl::StatusOr<GeneratedKernel> generate_glsl(const Graph& graph, const Node& no
     case detail::Form::Attention:
       k = attention(node);
       break;
+    default: {  // codegen_nn.cc
+      absl::StatusOr<GeneratedKernel> nn = detail::nn_kernel(detail::kGlslLang, graph, node, *form);
+      if (!nn.ok()) return nn.status();
+      k = std::move(*nn);
+      break;
+    }
   }
   detail::set_depth(graph, node, k);
   return k;
@@ -370,6 +380,7 @@ absl::Status append_glsl_params(const InputLayout& out, const Box& box, int64_t 
     put(in.base);
     for (int64_t s : in.strides) put(s);
     put(in.red);
+    for (int64_t n : in.shape) put(n);
   }
   if (fits) return absl::OkStatus();
   params.resize(first);

@@ -87,7 +87,7 @@ absl::StatusOr<std::string> fused_body(const Dialect& d, const Node& node) {
 
 absl::StatusOr<Form> kernel_form(const Graph& graph, const Node& node) {
   if (node.dtype != DType::F32) return unsupported(node, absl::StrCat(dtype_name(node.dtype), " output"));
-  const bool positions = node.kind == OpKind::Rope || node.kind == OpKind::RopeMulti;
+  const bool positions = node.kind == OpKind::Rope || node.kind == OpKind::RopeMulti || node.kind == OpKind::Gather;
   for (size_t k = 0; k < node.inputs.size(); ++k) {
     const DType t = graph.node(node.inputs[k]).dtype;
     if (t == DType::F32 || (positions && k == 1 && (t == DType::I32 || t == DType::I64))) continue;
@@ -123,6 +123,14 @@ absl::StatusOr<Form> kernel_form(const Graph& graph, const Node& node) {
     case OpKind::Permute:
     case OpKind::Expand:
       return Form::Copy;
+    case OpKind::Conv2d: return Form::Conv2d;
+    case OpKind::Pool2d: return Form::Pool2d;
+    case OpKind::Upsample: return Form::Upsample;
+    case OpKind::Concat: return Form::Concat;
+    case OpKind::GroupNorm: return Form::GroupNorm;
+    case OpKind::Reduce: return Form::Reduce;
+    case OpKind::Gather: return Form::Gather;
+    case OpKind::Reshape: return Form::Reshape;
     default:
       break;
   }

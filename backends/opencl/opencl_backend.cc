@@ -298,7 +298,8 @@ class OpenClBackend final : public Backend {
     err |= set(sizeof(cl_long), &depth);
     for (size_t i = 0; i < launch.inputs.size(); ++i) {
       const KernelInput& in = launch.inputs[i];
-      absl::StatusOr<std::pair<const Buffer*, int64_t>> r = resolve(in.data);
+      // No data: an input the box does not read (concat's other slabs); any buffer binds.
+      absl::StatusOr<std::pair<const Buffer*, int64_t>> r = in.data == nullptr ? std::make_pair(out->first, int64_t{0}) : resolve(in.data);
       if (!r.ok()) return r.status();
       const gpu::InputLayout l = gpu::input_layout(*step.node, static_cast<int>(i), in, r->second / dtype_size(in.dtype),
                                                    step.code.rank);
@@ -307,6 +308,7 @@ class OpenClBackend final : public Backend {
       err |= set(sizeof(cl_long), &base);
       err |= set_long8(l.strides);
       err |= set(sizeof(cl_long), &red);
+      err |= set_long8(l.shape);
     }
     if (err != CL_SUCCESS) return absl::InternalError(cl_error("clSetKernelArg", err));
     for (const Box& box : launch.boxes) {

@@ -224,6 +224,12 @@ absl::Status VulkanBackend::copy(const BufferRegion& region, const Box& box, voi
 }
 
 absl::StatusOr<std::pair<Binding, int64_t>> VulkanBackend::window(const TensorView& view) {
+  if (view.data == nullptr && !buffers_.empty()) {  // an input the box does not read (concat's other slabs)
+    Binding b;
+    b.vk = buffers_.begin()->second.buffer;
+    b.range = 4;
+    return std::make_pair(b, int64_t{0});
+  }
   absl::StatusOr<std::pair<DeviceBuffer*, int64_t>> r = resolve(view.data);
   if (!r.ok()) return r.status();
   const DeviceBuffer& buffer = *r->first;

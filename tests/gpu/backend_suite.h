@@ -89,7 +89,8 @@ inline bool close(float got, float want, double tolerance) {
 }
 
 // A graph with one op over inputs "in0".."inN" (f32, given shapes) checked on `backend` (one
-// session: full read, a partial write, a sub-box read) against a reference-backend session.
+// session: full read, a partial write, a sub-box read) against a reference-backend session, and
+// the sub-box bitwise against a full read of a second session on the same backend.
 // `dtypes` (default all f32) may make inputs after the first i32 or i64, filled with [0, 40).
 inline void check_op(const Suite& suite, const std::vector<Shape>& shapes, const std::function<Tensor(std::vector<Tensor>&)>& build,
               double tolerance, std::mt19937_64& rng, const std::vector<DType>& dtypes = {}) {
@@ -101,7 +102,7 @@ inline void check_op(const Suite& suite, const std::vector<Shape>& shapes, const
   g.output("out", out);
   const Node& node = g.node(out.id);
   REQUIRE_MESSAGE(suite.generate(g, node).ok(), op_display_name(node));
-  GraphSession gpu(g, on_backend(suite.backend, "reference"));
+  GraphSession gpu(g, on_backend(suite.backend, "reference")), device_full(g, on_backend(suite.backend, "reference"));
   SessionOptions ref_options;
   ref_options.backend = BackendKind::Reference;
   GraphSession ref(g, ref_options);
@@ -111,13 +112,12 @@ inline void check_op(const Suite& suite, const std::vector<Shape>& shapes, const
     if (dtype(i) == DType::I32 || dtype(i) == DType::I64) {
       std::vector<int64_t> whole(v.begin(), v.end());
       std::vector<int32_t> narrow(v.begin(), v.end());
-      for (GraphSession* s : {&gpu, &ref})
+      for (GraphSession* s : {&gpu, &device_full, &ref})
         if (dtype(i) == DType::I32) s->write<int32_t>(name, Box::full(shapes[i]), narrow);
         else s->write<int64_t>(name, Box::full(shapes[i]), whole);
       continue;
     }
-    gpu.write<float>(name, Box::full(shapes[i]), v);
-    ref.write<float>(name, Box::full(shapes[i]), v);
+    for (GraphSession* s : {&gpu, &device_full, &ref}) s->write<float>(name, Box::full(shapes[i]), v);
   }
   for (int round = 0; round < 2; ++round) {
     const Box box = round == 0 ? Box::full(node.shape) : random_box(node.shape, rng);
@@ -127,13 +127,52 @@ inline void check_op(const Suite& suite, const std::vector<Shape>& shapes, const
     for (size_t i = 0; i < want.size(); ++i)
       REQUIRE_MESSAGE(close(got[i], want[i], tolerance), op_display_name(node), " ", shape_string(node.shape), " element ", i,
                       ": ", got[i], " vs ", want[i]);
+    // The sub-box equals the same elements of a full computation on the device, bit for bit.
+    const std::vector<float> full = device_full.read<float>("out", Box::full(node.shape));
+    std::vector<std::byte> full_bytes(full.size() * 4), got_bytes(got.size() * 4);
+    std::memcpy(full_bytes.data(), full.data(), full_bytes.size());
+    std::memcpy(got_bytes.data(), got.data(), got_bytes.size());
+    REQUIRE_MESSAGE(extract(full_bytes, node.shape, box, 4) == got_bytes, op_display_name(node), " box ", box.to_string());
     const Box w = random_box(shapes[0], rng);
     const std::vector<float> v = values(w.volume(), rng);
-    gpu.write<float>("in0", w, v);
-    ref.write<float>("in0", w, v);
+    for (GraphSession* s : {&gpu, &device_full, &ref}) s->write<float>("in0", w, v);
   }
 }
 
+
+// The ops of convolution nets and indexing on odd shapes: conv2d (padding, stride, dilation,
+// groups, 1x1, with and without bias), pool2d, upsample, concat, group_norm, reduce, reshape,
+// gather.
+inline void conv_net_ops(const Suite& suite, std::mt19937_64& rng) {
+  auto conv = [](Conv2dParams p, bool bias) {
+    return [p, bias](std::vector<Tensor>& in) { return conv2d(in[0], in[1], bias ? in[2] : Tensor{}, p); };
+  };
+  check_op(suite, {{2, 5, 9, 11}, {11, 5, 3, 3}, {11}}, conv(Conv2dParams{.pad_h = 1, .pad_w = 1}, true), 1e-5, rng);
+  check_op(suite, {{1, 3, 13, 10}, {4, 3, 3, 3}, {4}}, conv(Conv2dParams{.stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1}, true),
+           1e-5, rng);
+  check_op(suite, {{1, 4, 10, 9}, {6, 2, 3, 2}},
+           conv(Conv2dParams{.stride_h = 2, .stride_w = 1, .pad_h = 2, .pad_w = 1, .dilation_h = 2, .dilation_w = 3, .groups = 2}, false),
+           1e-5, rng);
+  check_op(suite, {{2, 7, 5, 6}, {3, 7, 1, 1}, {3}}, conv(Conv2dParams{}, true), 1e-5, rng);
+  for (PoolKind kind : {PoolKind::Max, PoolKind::Avg})
+    check_op(suite, {{2, 3, 9, 8}}, [kind](std::vector<Tensor>& in) { return pool2d(in[0], kind, 3, 2, 1); }, 1e-5, rng);
+  check_op(suite, {{2, 3, 4, 5}}, [](std::vector<Tensor>& in) { return upsample_nearest(in[0], 2); }, 0, rng);
+  check_op(suite, {{2, 3, 4, 5}, {2, 2, 4, 5}, {2, 1, 4, 5}},
+           [](std::vector<Tensor>& in) { return concat(std::vector<Tensor>{in[0], in[1], in[2]}, 1); }, 0, rng);
+  check_op(suite, {{3, 4}, {3, 7}}, [](std::vector<Tensor>& in) { return concat(std::vector<Tensor>{in[0], in[1]}, -1); }, 0, rng);
+  check_op(suite, {{2, 6, 5, 7}, {6}, {6}}, [](std::vector<Tensor>& in) { return group_norm(in[0], 3, in[1], in[2], 1e-5); }, 1e-4, rng);
+  check_op(suite, {{3, 8, 9}}, [](std::vector<Tensor>& in) { return group_norm(in[0], 2, Tensor{}, Tensor{}, 1e-6); }, 1e-4, rng);
+  check_op(suite, {{3, 5, 7}}, [](std::vector<Tensor>& in) { return sum(in[0], {1}); }, 1e-5, rng);
+  check_op(suite, {{3, 5, 7}}, [](std::vector<Tensor>& in) { return mean(in[0], {0, 2}, true); }, 1e-5, rng);
+  for (ReduceFn fn : {ReduceFn::Max, ReduceFn::Min, ReduceFn::Prod}) {
+    CAPTURE(fn_name(fn));
+    check_op(suite, {{4, 3, 6}}, [fn](std::vector<Tensor>& in) { return reduce(fn, in[0], {2}); }, 1e-5, rng);
+  }
+  check_op(suite, {{6, 35}}, [](std::vector<Tensor>& in) { return reshape(in[0], Shape{3, 5, 2, 7}); }, 0, rng);
+  check_op(suite, {{3, 4, 5}}, [](std::vector<Tensor>& in) { return reshape(in[0], Shape{60}); }, 0, rng);
+  for (DType ids : {DType::I32, DType::I64})
+    check_op(suite, {{40, 6}, {3, 4}}, [](std::vector<Tensor>& in) { return gather(in[0], in[1]); }, 0, rng, {DType::F32, ids});
+}
 
 inline void conformance_sweep(const Suite& suite) {
   Env env;
@@ -192,6 +231,74 @@ inline void conformance_sweep(const Suite& suite) {
   check_op(suite, {{1, 4, 3, 5}, {1, 6, 3, 5}, {1, 6, 3, 3}}, [](std::vector<Tensor>& in) {
     return attention(in[0], in[1], in[2], AttentionParams{.scale = 0.3, .causal = false});
   }, 1e-5, rng);
+  conv_net_ops(suite, rng);
+}
+
+// conv2d through the backend interface: x read through a strided view holding only the rows
+// the box needs, the output written into every other column of a wider buffer; a box of part of
+// the channels (a partial tile) and rows, checked against a double-precision loop.
+inline void strided_conv(Backend& backend) {
+  std::mt19937_64 rng(13);
+  const int64_t c = 4, o = 5, h = 6, w = 7;
+  Graph g;
+  Tensor x = g.input("x", {1, c, h, w}, DType::F32);
+  Tensor k = g.input("k", {o, c, 3, 3}, DType::F32);
+  Tensor bias = g.input("bias", {o}, DType::F32);
+  Tensor out = conv2d(x, k, bias, Conv2dParams{.pad_h = 1, .pad_w = 1});
+  Plan plan;
+  plan.steps.push_back(PlanStep{out.id});
+  absl::StatusOr<std::unique_ptr<PreparedPlan>> prepared = backend.prepare(g, plan);
+  REQUIRE(prepared.ok());
+  const std::vector<float> xs = values(c * h * w * 2, rng), ks = values(o * c * 9, rng), bs = values(o, rng);
+  auto upload = [&](const std::vector<float>& host) {
+    absl::StatusOr<BufferHandle> b = backend.allocate(static_cast<int64_t>(host.size() * 4));
+    REQUIRE(b.ok());
+    const Box all{{0, static_cast<int64_t>(host.size())}};
+    REQUIRE(backend.copy_in(BufferRegion{*b, 0, DType::F32, all}, all, host.data()).ok());
+    return *b;
+  };
+  const BufferHandle xb = upload(xs), kb = upload(ks), bb = upload(bs), ob = upload(std::vector<float>(static_cast<size_t>(o * h * w * 2)));
+  const std::array<int64_t, kMaxRank> x_strides{c * h * w * 2, h * w * 2, w * 2, 2};
+  const Box box{{0, 1}, {1, 4}, {2, 5}, {0, w}};
+  KernelInput inputs[3];
+  // Rows [1, 6) only: the view's data is the element (0, 0, 1, 0).
+  static_cast<TensorView&>(inputs[0]) =
+      dense_view(reinterpret_cast<void*>(xb.id + 4 * static_cast<uint64_t>(x_strides[2])), DType::F32, Box{{0, 1}, {0, c}, {1, 6}, {0, w}});
+  inputs[0].strides = x_strides;
+  inputs[0].shape = {1, c, h, w};
+  static_cast<TensorView&>(inputs[1]) = dense_view(reinterpret_cast<void*>(kb.id), DType::F32, Box::full(Shape{o, c, 3, 3}));
+  inputs[1].shape = {o, c, 3, 3};
+  static_cast<TensorView&>(inputs[2]) = dense_view(reinterpret_cast<void*>(bb.id), DType::F32, Box::full(Shape{o}));
+  inputs[2].shape = {o};
+  TensorView ov = dense_view(reinterpret_cast<void*>(ob.id), DType::F32, Box::full(Shape{1, o, h, w}));
+  ov.strides = {o * h * w * 2, h * w * 2, w * 2, 2};
+  const StepLaunch launch{0, inputs, ov, std::span<const Box>(&box, 1)};
+  REQUIRE(backend.run(**prepared, std::span<const StepLaunch>(&launch, 1), {}).ok());
+  REQUIRE(backend.synchronize().ok());
+  std::vector<float> got(static_cast<size_t>(o * h * w * 2));
+  const Box all{{0, static_cast<int64_t>(got.size())}};
+  REQUIRE(backend.copy_out(BufferRegion{ob, 0, DType::F32, all}, all, got.data()).ok());
+  for (int64_t oc = 0; oc < o; ++oc)
+    for (int64_t r = 0; r < h; ++r)
+      for (int64_t col = 0; col < w; ++col) {
+        const float value = got[static_cast<size_t>(oc * h * w * 2 + r * w * 2 + col * 2)];
+        const int64_t point[4] = {0, oc, r, col};
+        if (!box.contains_point(point)) {
+          CHECK(value == 0.0f);  // outside the box: untouched
+          continue;
+        }
+        double want = bs[static_cast<size_t>(oc)];
+        for (int64_t ic = 0; ic < c; ++ic)
+          for (int64_t kh = 0; kh < 3; ++kh)
+            for (int64_t kw = 0; kw < 3; ++kw) {
+              const int64_t y = r - 1 + kh, z = col - 1 + kw;
+              if (y < 0 || y >= h || z < 0 || z >= w) continue;
+              want += static_cast<double>(xs[static_cast<size_t>(ic * x_strides[1] + y * x_strides[2] + z * 2)]) *
+                      ks[static_cast<size_t>(((oc * c + ic) * 3 + kh) * 3 + kw)];
+            }
+        CHECK(close(value, static_cast<float>(want), 1e-5));
+      }
+  prepared->reset();
 }
 
 inline void strided_views(const Suite& suite) {
@@ -248,6 +355,7 @@ inline void strided_views(const Suite& suite) {
   const StepLaunch wrong{0, inputs, bad, std::span<const Box>(&box, 1)};
   CHECK_FALSE(backend->run(**prepared, std::span<const StepLaunch>(&wrong, 1), {}).ok());
   prepared->reset();
+  strided_conv(*backend);
 }
 
 inline void random_graphs(const Suite& suite) {

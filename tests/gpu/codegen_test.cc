@@ -31,6 +31,17 @@ TEST_CASE("gpu codegen: sources depend on op, attributes and rank, never on size
     CHECK(source({3, 2, 8}, att) == source({11, 4, 64}, att));
     CHECK(source({2, 8}, [](Graph&, Tensor x) { return layer_norm(x, Tensor{}, Tensor{}, 1e-5); }) ==
           source({7, 80}, [](Graph&, Tensor x) { return layer_norm(x, Tensor{}, Tensor{}, 1e-5); }));
+    // Convolution nets and indexing: sizes (channels, kernel size, rows) come from the shape arguments.
+    auto conv = [](Graph& g, Tensor x) {
+      return conv2d(x, g.input("k", {8, x.dim(1), 3, 3}, DType::F32), Tensor{}, Conv2dParams{.stride_h = 2, .pad_h = 1});
+    };
+    auto gn = [](Graph&, Tensor x) { return group_norm(x, 2, Tensor{}, Tensor{}, 1e-5); };
+    auto red = [](Graph&, Tensor x) { return mean(x, {1, 3}); };
+    auto emb = [](Graph& g, Tensor x) { return gather(x, g.input("ids", {5}, DType::I32)); };
+    CHECK(source({1, 3, 8, 9}, conv) == source({2, 64, 40, 30}, conv));
+    CHECK(source({1, 4, 8, 9}, gn) == source({2, 64, 40, 30}, gn));
+    CHECK(source({1, 4, 8, 9}, red) == source({2, 64, 40, 30}, red));
+    CHECK(source({9, 4}, emb) == source({1000, 64}, emb));
     auto eps = [](double e) { return [e](Graph&, Tensor x) { return rms_norm(x, Tensor{}, e); }; };
     CHECK(source({2, 8}, eps(1e-6)) != source({2, 8}, eps(1e-5)));
   }
@@ -56,7 +67,9 @@ TEST_CASE("gpu codegen: GLSL kernels have the OpenCL kernels' shape, and their p
   Tensor h = g.input("h", {3, 2, 6}, DType::F32);
   for (const Tensor& t : {softmax(x, 0), rms_norm(x, Tensor{}, 1e-6), exp(x), linear(x, g.input("w", {3, 6}, DType::F32)),
                           layer_norm(x, Tensor{}, Tensor{}, 1e-5), attention(h, h, h, AttentionParams{.scale = 0.5}),
-                          rope(h, g.input("p", {3}, DType::I64), 6, 10000.0, RopeMode::HalfSplit)}) {
+                          rope(h, g.input("p", {3}, DType::I64), 6, 10000.0, RopeMode::HalfSplit),
+                          conv2d(g.input("img", {1, 2, 5, 5}, DType::F32), g.input("k", {3, 2, 3, 3}, DType::F32), Tensor{}),
+                          group_norm(h, 2, Tensor{}, Tensor{}, 1e-5), sum(h, {0}), gather(x, g.input("i", {2}, DType::I64))}) {
     absl::StatusOr<gpu::GeneratedKernel> cl = gpu::generate_opencl(g, g.node(t.id)), gl = gpu::generate_glsl(g, g.node(t.id));
     REQUIRE((cl.ok() && gl.ok()));
     CHECK(cl->shape == gl->shape);
@@ -67,7 +80,7 @@ TEST_CASE("gpu codegen: GLSL kernels have the OpenCL kernels' shape, and their p
   // items, depth, out base, strides, begin, extent, then base, strides and red per input.
   gpu::InputLayout out, in;
   out.strides[0] = 6, out.strides[1] = 1;
-  in.base = 7, in.strides[1] = 2, in.red = 3;
+  in.base = 7, in.strides[1] = 2, in.red = 3, in.shape = {4, 6, 1, 1, 1, 1, 1, 1};
   std::vector<int32_t> params;
   const gpu::InputLayout inputs[] = {in};
   REQUIRE(gpu::append_glsl_params(out, Box{{1, 3}, {0, 6}}, 12, 5, inputs, params).ok());
@@ -81,6 +94,9 @@ TEST_CASE("gpu codegen: GLSL kernels have the OpenCL kernels' shape, and their p
   CHECK(params[27] == 7);
   CHECK(params[29] == 2);
   CHECK(params[36] == 3);
+  CHECK(params[37] == 4);  // the input's shape
+  CHECK(params[38] == 6);
+  CHECK(params[44] == 1);
   in.base = int64_t{1} << 31;
   const gpu::InputLayout big[] = {in};
   CHECK(gpu::append_glsl_params(out, Box{{1, 3}, {0, 6}}, 12, 5, big, params).code() == absl::StatusCode::kOutOfRange);

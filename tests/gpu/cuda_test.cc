@@ -50,6 +50,23 @@ struct Covered {
     Tensor kv = g.input("kv", {2, 5, 1, 8}, DType::F32);
     nodes.push_back(attention(h, kv, kv, AttentionParams{.scale = 0.3, .causal = true, .window = 2, .softcap = 5.0}));
     nodes.push_back(attention(h, kv, kv, AttentionParams{.scale = 0.3, .causal = false}));
+    // Convolution nets and indexing (codegen_nn.cc).
+    Tensor img = g.input("img", {2, 4, 7, 9}, DType::F32), bias = g.input("bias", {6}, DType::F32);
+    nodes.push_back(conv2d(img, g.input("k", {6, 4, 3, 3}, DType::F32), bias, Conv2dParams{.stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1}));
+    nodes.push_back(conv2d(img, g.input("kg", {6, 2, 3, 1}, DType::F32), Tensor{},
+                           Conv2dParams{.pad_h = 2, .dilation_h = 2, .groups = 2}));
+    nodes.push_back(pool2d(img, PoolKind::Max, 3, 2, 1));
+    nodes.push_back(pool2d(img, PoolKind::Avg, 2, 2));
+    nodes.push_back(upsample_nearest(img, 2));
+    nodes.push_back(concat(std::vector<Tensor>{img, img}, 1));
+    nodes.push_back(group_norm(img, 2, g.input("gw", {4}, DType::F32), g.input("gb", {4}, DType::F32), 1e-5));
+    nodes.push_back(sum(m, {1}));
+    nodes.push_back(mean(m, {0, 2}, true));
+    nodes.push_back(reduce(ReduceFn::Max, m, {2}));
+    nodes.push_back(reshape(m, Shape{4, 9}));
+    Tensor table = g.input("table", {40, 6}, DType::F32);
+    nodes.push_back(gather(table, g.input("i32", {3}, DType::I32)));
+    nodes.push_back(gather(table, g.input("i64", {2, 2}, DType::I64)));
   }
 };
 
@@ -95,7 +112,7 @@ TEST_CASE("cuda: the plugin runs the covered ops like the reference, where a GPU
     std::vector<float> v(static_cast<size_t>(Box::full(n.shape).volume()));
     for (float& x : v) x = u(rng);
     const std::string name = n.attrs_as<InputAttrs>().name;
-    if (n.dtype != DType::F32) {  // positions: small integers
+    if (n.dtype != DType::F32) {  // positions and ids: small integers
       std::vector<int64_t> whole;
       for (float x : v) whole.push_back(static_cast<int64_t>(x * 10.0f) + 20);
       const std::vector<int32_t> narrow(whole.begin(), whole.end());
