@@ -104,9 +104,16 @@ class VulkanBackend final : public Backend {
     constexpr int64_t kMaxElements = int64_t{1} << 31;
     if (shape_volume(node.shape) >= kMaxElements)
       return absl::UnimplementedError("[vulkan] tensor of 2^31 elements or more");
-    for (NodeId in : node.inputs)
-      if (shape_volume(graph.node(in).shape) >= kMaxElements)
+    for (NodeId in : node.inputs) {
+      const Node& x = graph.node(in);
+      if (shape_volume(x.shape) >= kMaxElements)
         return absl::UnimplementedError("[vulkan] input of 2^31 elements or more");
+      // A quantised weight is bound whole (every output column may read any row).
+      if (is_quantized(x.dtype) && x.size_bytes() > static_cast<int64_t>(device_.limits().maxStorageBufferRange))
+        return absl::UnimplementedError(absl::StrCat("[vulkan] a ", dtype_name(x.dtype), " weight of ", x.size_bytes(),
+                                                     " bytes; the device binds at most ",
+                                                     device_.limits().maxStorageBufferRange));
+    }
     return gpu::generate_glsl(graph, node).status();
   }
 
@@ -227,16 +234,21 @@ absl::StatusOr<std::pair<Binding, int64_t>> VulkanBackend::window(const TensorVi
   absl::StatusOr<std::pair<DeviceBuffer*, int64_t>> r = resolve(view.data);
   if (!r.ok()) return r.status();
   const DeviceBuffer& buffer = *r->first;
-  const int64_t esize = dtype_size(view.dtype);
+  const int64_t esize = gpu::address_unit(view.dtype);
   if (r->second % esize != 0)
     return absl::InvalidArgumentError("[vulkan] view not aligned to its element size");
   const int64_t at = r->second / esize;
-  int64_t lo = at, hi = at;  // the elements the view spans
+  int64_t lo = at, hi = at;  // the elements (bytes when byte-addressed) the view spans
   bool empty = false;
-  for (int d = 0; d < view.extent.rank(); ++d) {
-    const int64_t span = (view.extent.extent(d) - 1) * view.strides[static_cast<size_t>(d)];
-    empty = empty || view.extent.extent(d) <= 0;
-    (span < 0 ? lo : hi) += span;
+  if (is_quantized(view.dtype)) {  // dense whole rows of blocks
+    empty = view.extent.rank() != 2 || view.extent.extent(0) <= 0;
+    if (!empty) hi = at + view.extent.extent(0) * dtype_bytes(view.dtype, view.extent.extent(1)) - 1;
+  } else {
+    for (int d = 0; d < view.extent.rank(); ++d) {
+      const int64_t span = (view.extent.extent(d) - 1) * view.strides[static_cast<size_t>(d)];
+      empty = empty || view.extent.extent(d) <= 0;
+      (span < 0 ? lo : hi) += span;
+    }
   }
   Binding b;
   b.buffer = reinterpret_cast<uint64_t>(view.data) >> kAddressBits << kAddressBits;
@@ -250,7 +262,8 @@ absl::StatusOr<std::pair<Binding, int64_t>> VulkanBackend::window(const TensorVi
   const int64_t align = static_cast<int64_t>(
       std::max<VkDeviceSize>(device_.limits().minStorageBufferOffsetAlignment, 4));
   const int64_t begin = lo * esize / align * align;
-  const int64_t range = (hi + 1) * esize - begin;
+  // Whole 4-byte words: byte-addressed views are read as uint words (capacity is a multiple of 4).
+  const int64_t range = std::min(((hi + 1) * esize - begin + 3) / 4 * 4, buffer.capacity - begin);
   if (range > static_cast<int64_t>(device_.limits().maxStorageBufferRange))
     return absl::OutOfRangeError(absl::StrCat("[vulkan] a view spans ", range,
                                               " bytes; the device binds at most ",
