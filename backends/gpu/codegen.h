@@ -4,15 +4,15 @@
 //
 // Every generated kernel computes the elements of one output box, one work item per element
 // (elementwise), per row along an axis (softmax, rms_norm) or per tile (matmul, linear: see
-// codegen_linear.h), with the same
-// operations in the same order whatever the box: a sub-box is bitwise equal to the same elements
-// of a full computation on the same device. Sizes, box offsets and strides are kernel arguments,
+// codegen_linear.h), with the same operations in the same order whatever the box: a sub-box is
+// bitwise equal to the same elements of a full computation on the same device. Sizes, box offsets and strides are kernel arguments,
 // so one compiled kernel serves every box, bucket and view of its op (the source depends only on
 // the op, its attributes, its dtypes and the output rank).
 //
 // Kernel arguments, in order (the host side fills them with GpuLaunchLayout):
 //   out (global float*), long out_base, long8 out_strides,
-//   long8 begin, long8 extent, long items (work items: elements or rows of the box),
+//   long8 begin, long8 extent, long items (work_items: elements, rows or tile groups times
+//   local_size), long depth,
 //   per input k: in_k (global const float*), long in_k_base, long8 in_k_strides, long in_k_red
 // Input buffers of a quantised dtype (linear's weight) are raw bytes: `__global const uchar*` in
 // OpenCL C and CUDA, a `uint` buffer read as little-endian bytes in GLSL; their base is a BYTE
