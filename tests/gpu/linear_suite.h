@@ -226,7 +226,8 @@ inline double time_read(const Graph& g, const SessionOptions& options, const Inp
 }
 
 // Prints the time of a 512 x 576 x 1536 matmul, the same linear with q4_1 and q4_K weights (K
-// 768 for whole q4_K super-blocks) for 512 rows and for one row (decode), on the backend and on the CPU backend. Nothing is asserted.
+// 768 for whole q4_K super-blocks) for 512 rows and for one row (decode), Gemma-3's q8_0 output
+// layer for one row, on the backend and on the CPU backend. Nothing is asserted.
 inline void timings(const Suite& suite) {
   if (std::getenv("TESSERA_GPU_TIMING") == nullptr) {
     MESSAGE("timings skipped (set TESSERA_GPU_TIMING=1 to print them)");
@@ -256,6 +257,13 @@ inline void timings(const Suite& suite) {
       Tensor weight = g->constant({n, kk}, dtype, std::as_bytes(std::span<const uint8_t>(w)));
       g->output("out", linear(g->input("x", {rows, kk}, DType::F32), weight));
     }
+  {  // Gemma-3's output layer for one token: the largest decode linear of the two real models
+    const int64_t vocab = 262144, dim = 640;
+    Graph* g = add(absl::StrCat("linear q8_0 1x", dim, " . (", vocab, "x", dim, ")^T"));
+    const std::vector<uint8_t> w = testing::random_quantized(DType::Q8_0, vocab, dim, rng);
+    Tensor weight = g->constant({vocab, dim}, DType::Q8_0, std::as_bytes(std::span<const uint8_t>(w)));
+    g->output("out", linear(g->input("x", {1, dim}, DType::F32), weight));
+  }
   for (const auto& c : cases) {
     const Inputs inputs = random_inputs(c->g, rng);
     const double device = time_read(c->g, on_backend(suite.backend), inputs, 3);
