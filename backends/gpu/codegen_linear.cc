@@ -3,9 +3,6 @@
 #include "backends/gpu/codegen_linear.h"
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_replace.h"
-#include "backends/gpu/codegen_shared.h"
-#include "engine/ops.h"
 
 namespace tessera::gpu::detail {
 

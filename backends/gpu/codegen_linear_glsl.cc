@@ -4,7 +4,6 @@
 // over the launch's groups (items / kTileLocalSize), so any number of dispatched groups covers it.
 #include "absl/strings/str_cat.h"
 #include "backends/gpu/codegen_linear.h"
-#include "backends/gpu/codegen_shared.h"
 
 namespace tessera::gpu::detail {
 
