@@ -289,7 +289,7 @@ class CudaBackend final : public Backend {
       // No data: an input the box does not read (concat's other slabs); a null pointer binds.
       absl::StatusOr<std::pair<CUdeviceptr, int64_t>> r = in.data == nullptr ? std::make_pair(CUdeviceptr{0}, int64_t{0}) : resolve(in.data);
       if (!r.ok()) return r.status();
-      const gpu::InputLayout l = gpu::input_layout(*step.node, static_cast<int>(i), in, r->second / dtype_size(in.dtype), step.code.rank);
+      const gpu::InputLayout l = gpu::input_layout(*step.node, static_cast<int>(i), in, r->second / gpu::address_unit(in.dtype), step.code.rank);
       pointers.push_back(r->first);
       params.push_back(&pointers.back());
       scalar(l.base);
@@ -304,9 +304,9 @@ class CudaBackend final : public Backend {
       Long8& extent = *static_cast<Long8*>(params[box_param + 1]);
       for (int d = 0; d < 8; ++d) begin.s[d] = d < box.rank() ? box.begin(d) : 0, extent.s[d] = d < box.rank() ? box.extent(d) : 1;
       *static_cast<long long*>(params[box_param + 2]) = items;
-      constexpr unsigned kBlock = 256;
-      const unsigned grid = static_cast<unsigned>((items + kBlock - 1) / kBlock);
-      if (CUresult r = driver_.cuLaunchKernel(step.function, grid, 1, 1, kBlock, 1, 1, 0, nullptr, params.data(), nullptr);
+      const unsigned block = step.code.local_size > 0 ? static_cast<unsigned>(step.code.local_size) : 256;  // Tiles: exact
+      const unsigned grid = static_cast<unsigned>((items + block - 1) / block);
+      if (CUresult r = driver_.cuLaunchKernel(step.function, grid, 1, 1, block, 1, 1, 0, nullptr, params.data(), nullptr);
           r != CUDA_SUCCESS)
         return absl::InternalError(cu_error("cuLaunchKernel", r));
     }

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "backends/gpu/codegen_linear.h"
 #include "backends/gpu/codegen_shared.h"
 #include "engine/ops.h"
 
@@ -82,20 +83,6 @@ absl::StatusOr<GeneratedKernel> fused(const Node& node) {
   absl::StatusOr<std::string> body = detail::fused_body(kOpenCl, node);
   if (!body.ok()) return body.status();
   return elementwise(node, node.inputs.size(), *body);
-}
-
-// matmul and linear: one work item per output element, k in increasing order.
-absl::StatusOr<GeneratedKernel> dot(const Node& node) {
-  GeneratedKernel k;
-  k.rank = node.rank();
-  k.name = "tessera_dot";
-  k.source = absl::StrCat(preamble(k.rank), signature(k.name, 2),
-                          "  long idx[8];\n  decode(g, b, e, -1, idx);\n"
-                          "  const long oa = at(in0_base, s0, idx), ob = at(in1_base, s1, idx);\n"
-                          "  float acc = 0.0f;\n"
-                          "  for (long k = 0; k < depth; ++k) acc = acc + in0[oa + k * in0_red] * in1[ob + k * in1_red];\n"
-                          "  out[at(out_base, os, idx)] = acc;\n}\n");
-  return k;
 }
 
 // softmax / log_softmax along `axis`: the whole row, in order.
@@ -260,7 +247,7 @@ absl::StatusOr<GeneratedKernel> generate_opencl(const Graph& graph, const Node& 
                       absl::StrCat("  const float v = ", detail::binary_expr(kOpenCl, node.attrs_as<BinaryAttrs>().fn, "a0", "a1"), ";\n"));
       break;
     case detail::Form::Fused: k = fused(node); break;
-    case detail::Form::Dot: k = dot(node); break;
+    case detail::Form::Dot: k = detail::tiled_dot_opencl(graph, node); break;
     case detail::Form::Softmax: k = softmax(node); break;
     case detail::Form::RmsNorm: k = rms_norm(node); break;
     case detail::Form::Copy: k = elementwise(node, 1, "  const float v = a0;\n"); break;
@@ -313,6 +300,11 @@ InputLayout input_layout(const Node& node, int input, const KernelInput& view, i
     if (input == 0) {
       for (int d = 0; d + 1 < r; ++d) l.strides[static_cast<size_t>(d)] = stride(d);
       l.red = stride(r - 1);
+    } else if (is_quantized(view.dtype)) {  // byte-addressed whole rows (element_offset is in bytes)
+      const int64_t row_bytes = dtype_bytes(view.dtype, view.shape[1]);
+      l.base = element_offset - view.extent.begin(0) * row_bytes;
+      l.strides[static_cast<size_t>(out_rank - 1)] = row_bytes;
+      l.red = 1;
     } else {
       l.strides[static_cast<size_t>(out_rank - 1)] = stride(0);
       l.red = stride(1);
@@ -345,6 +337,8 @@ InputLayout input_layout(const Node& node, int input, const KernelInput& view, i
   return l;
 }
 
+int64_t address_unit(DType dtype) { return is_quantized(dtype) ? 1 : dtype_size(dtype); }
+
 int64_t work_items(const GeneratedKernel& kernel, const Box& box) {
   if (box.empty()) return 0;
   if (kernel.shape == KernelShape::Elements) return box.volume();
@@ -352,6 +346,13 @@ int64_t work_items(const GeneratedKernel& kernel, const Box& box) {
     return box.extent(0) * ((box.end(1) - 1) / kernel.depth - box.begin(1) / kernel.depth + 1);
   if (kernel.shape == KernelShape::Blocks)
     return box.volume() / box.extent(kernel.axis) * ((box.extent(kernel.axis) + kernel.depth - 1) / kernel.depth);
+  if (kernel.shape == KernelShape::Tiles) {  // as the kernel decides (codegen_linear.cc)
+    const int r = box.rank();
+    const int64_t m = r >= 2 ? box.extent(r - 2) : 1, n = box.extent(r - 1), lead = box.volume() / (m * n);
+    const int64_t groups = m < kTileMinRows ? (box.volume() + kTileLocalSize - 1) / kTileLocalSize
+                                            : lead * ((m + 31) / 32) * ((n + 31) / 32);
+    return groups * kTileLocalSize;
+  }
   return box.volume() / box.extent(kernel.axis);
 }
 

@@ -21,7 +21,15 @@ constexpr const char* kPrelude =
     "#define INFINITY __int_as_float(0x7f800000)\n"
     "#define NAN __int_as_float(0x7fffffff)\n"
     "#define isnan(x) ((x) != (x))\n"
-    "#define rint(x) rintf(x)\n";
+    "#define rint(x) rintf(x)\n"
+    "// Work-groups (tiled kernels): local memory, barriers, byte buffers.\n"
+    "#define __local __shared__\n"
+    "#define get_local_id(d) ((long)threadIdx.x)\n"
+    "#define get_group_id(d) ((long)blockIdx.x)\n"
+    "#define barrier(flags) __syncthreads()\n"
+    "#define as_float(x) __uint_as_float(x)\n"
+    "typedef unsigned char uchar;\n"
+    "typedef unsigned int uint;\n";
 
 }  // namespace
 
@@ -31,7 +39,8 @@ absl::StatusOr<GeneratedKernel> generate_cuda(const Graph& graph, const Node& no
   // Contraction is turned off by the compile options (--fmad=false), not by a pragma.
   k->source = absl::StrCat(kPrelude, absl::StrReplaceAll(k->source, {{"#pragma OPENCL FP_CONTRACT OFF\n", ""},
                                                                       {"long at(", "__device__ long at("},
-                                                                      {"void decode(", "__device__ void decode("}}));
+                                                                      {"void decode(", "__device__ void decode("},
+                                                                      {"float tq_half(", "__device__ float tq_half("}}));
   return k;
 }
 

@@ -2,9 +2,11 @@
 // same operations in the same order, parameters read from an int32 array instead of arguments.
 // Float temporaries are `precise`, so no compiler contracts a multiply and an add into an FMA.
 #include <limits>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "backends/gpu/codegen.h"
+#include "backends/gpu/codegen_linear.h"
 #include "backends/gpu/codegen_shared.h"
 #include "engine/ops.h"
 
@@ -123,21 +125,6 @@ GeneratedKernel elementwise(const Node& node, size_t inputs, const std::string& 
                     ", idx)];\n");
   absl::StrAppend(&body, value, "    o_[at(out_base, os, idx)] = v;\n");
   k.source = shader(k.rank, inputs, body);
-  return k;
-}
-
-// matmul and linear: one work item per output element, k in increasing order.
-GeneratedKernel dot(const Node& node) {
-  GeneratedKernel k;
-  k.rank = node.rank();
-  k.name = "main";
-  k.source = shader(k.rank, 2,
-                    "    int idx[8];\n    decode(g, b, e, -1, idx);\n"
-                    "    const int oa = at(in0_base, s0, idx), ob = at(in1_base, s1, idx);\n"
-                    "    precise float acc = 0.0f;\n"
-                    "    for (int k = 0; k < depth; ++k) acc = acc + in0[oa + k * in0_red] * "
-                    "in1[ob + k * in1_red];\n"
-                    "    o_[at(out_base, os, idx)] = acc;\n");
   return k;
 }
 
@@ -328,9 +315,12 @@ absl::StatusOr<GeneratedKernel> generate_glsl(const Graph& graph, const Node& no
       k = elementwise(node, node.inputs.size(), *body);
       break;
     }
-    case detail::Form::Dot:
-      k = dot(node);
+    case detail::Form::Dot: {
+      absl::StatusOr<GeneratedKernel> tiled = detail::tiled_dot_glsl(graph, node);
+      if (!tiled.ok()) return tiled.status();
+      k = std::move(*tiled);
       break;
+    }
     case detail::Form::Softmax:
       k = softmax(node);
       break;

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "backends/gpu/codegen_linear.h"
 #include "engine/op_def.h"
 
 namespace tessera::gpu::detail {
@@ -91,6 +92,7 @@ absl::StatusOr<Form> kernel_form(const Graph& graph, const Node& node) {
   for (size_t k = 0; k < node.inputs.size(); ++k) {
     const DType t = graph.node(node.inputs[k]).dtype;
     if (t == DType::F32 || (positions && k == 1 && (t == DType::I32 || t == DType::I64))) continue;
+    if (node.kind == OpKind::Linear && k == 1 && has_block_decoder(t)) continue;  // decoded in the kernel
     return unsupported(node, absl::StrCat(dtype_name(t), " input"));
   }
   if (node.rank() < 1 || node.rank() > 8) return unsupported(node, "rank 0 output");

@@ -301,7 +301,7 @@ class OpenClBackend final : public Backend {
       // No data: an input the box does not read (concat's other slabs); any buffer binds.
       absl::StatusOr<std::pair<const Buffer*, int64_t>> r = in.data == nullptr ? std::make_pair(out->first, int64_t{0}) : resolve(in.data);
       if (!r.ok()) return r.status();
-      const gpu::InputLayout l = gpu::input_layout(*step.node, static_cast<int>(i), in, r->second / dtype_size(in.dtype),
+      const gpu::InputLayout l = gpu::input_layout(*step.node, static_cast<int>(i), in, r->second / gpu::address_unit(in.dtype),
                                                    step.code.rank);
       const cl_long base = l.base, red = l.red;
       err |= set(sizeof(cl_mem), &r->first->mem);
@@ -322,8 +322,8 @@ class OpenClBackend final : public Backend {
       err |= set_long8(extent);
       const cl_long n = items;
       err |= set(sizeof(cl_long), &n);
-      const size_t global = static_cast<size_t>(items);
-      err |= clEnqueueNDRangeKernel(queue_, k, 1, nullptr, &global, nullptr, 0, nullptr, nullptr);
+      const size_t global = static_cast<size_t>(items), local = static_cast<size_t>(step.code.local_size);
+      err |= clEnqueueNDRangeKernel(queue_, k, 1, nullptr, &global, local > 0 ? &local : nullptr, 0, nullptr, nullptr);
       if (err != CL_SUCCESS) return absl::InternalError(cl_error("clEnqueueNDRangeKernel", err));
     }
     return absl::OkStatus();

@@ -9,10 +9,13 @@
 // A run() records one command buffer (a descriptor set per launch, the parameters of every
 // dispatch in one int32 buffer, a barrier before a launch that touches a buffer an earlier
 // launch of the run wrote or read) and submits it; synchronize() or the next copy or run waits.
-// Each view binds only the window of its buffer it spans, so element offsets fit int32.
+// Each view binds only the window of its buffer it spans, so element offsets fit int32; a linear
+// launch whose quantised weight exceeds one binding is split along the output columns.
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <exception>
 #include <memory>
 #include <string>
@@ -192,6 +195,14 @@ class VulkanBackend final : public Backend {
   absl::StatusOr<Recorded> resolve_launch(const VkStep& step, const StepLaunch& launch,
                                           std::vector<int32_t>& params);
   absl::Status submit(std::vector<Recorded>& recorded, const std::vector<int32_t>& params);
+  // A linear launch whose quantised weight spans more than one binding can hold, as launches
+  // over column ranges of its boxes that each bind the weight rows they read (storage in
+  // `split`); any other launch as it is.
+  struct SplitLaunches {
+    std::deque<std::array<KernelInput, 2>> inputs;
+    std::deque<Box> boxes;
+  };
+  std::vector<StepLaunch> split_wide_weights(const VkStep& step, const StepLaunch& launch, SplitLaunches& split) const;
   absl::Status reserve(size_t sets, size_t descriptors, size_t param_bytes);
 
   vulkan::Device device_;
@@ -233,16 +244,21 @@ absl::StatusOr<std::pair<Binding, int64_t>> VulkanBackend::window(const TensorVi
   absl::StatusOr<std::pair<DeviceBuffer*, int64_t>> r = resolve(view.data);
   if (!r.ok()) return r.status();
   const DeviceBuffer& buffer = *r->first;
-  const int64_t esize = dtype_size(view.dtype);
+  const int64_t esize = gpu::address_unit(view.dtype);
   if (r->second % esize != 0)
     return absl::InvalidArgumentError("[vulkan] view not aligned to its element size");
   const int64_t at = r->second / esize;
-  int64_t lo = at, hi = at;  // the elements the view spans
+  int64_t lo = at, hi = at;  // the elements (bytes when byte-addressed) the view spans
   bool empty = false;
-  for (int d = 0; d < view.extent.rank(); ++d) {
-    const int64_t span = (view.extent.extent(d) - 1) * view.strides[static_cast<size_t>(d)];
-    empty = empty || view.extent.extent(d) <= 0;
-    (span < 0 ? lo : hi) += span;
+  if (is_quantized(view.dtype)) {  // dense whole rows of blocks
+    empty = view.extent.rank() != 2 || view.extent.extent(0) <= 0;
+    if (!empty) hi = at + view.extent.extent(0) * dtype_bytes(view.dtype, view.extent.extent(1)) - 1;
+  } else {
+    for (int d = 0; d < view.extent.rank(); ++d) {
+      const int64_t span = (view.extent.extent(d) - 1) * view.strides[static_cast<size_t>(d)];
+      empty = empty || view.extent.extent(d) <= 0;
+      (span < 0 ? lo : hi) += span;
+    }
   }
   Binding b;
   b.buffer = reinterpret_cast<uint64_t>(view.data) >> kAddressBits << kAddressBits;
@@ -256,7 +272,8 @@ absl::StatusOr<std::pair<Binding, int64_t>> VulkanBackend::window(const TensorVi
   const int64_t align = static_cast<int64_t>(
       std::max<VkDeviceSize>(device_.limits().minStorageBufferOffsetAlignment, 4));
   const int64_t begin = lo * esize / align * align;
-  const int64_t range = (hi + 1) * esize - begin;
+  // Whole 4-byte words: byte-addressed views are read as uint words (capacity is a multiple of 4).
+  const int64_t range = std::min(((hi + 1) * esize - begin + 3) / 4 * 4, buffer.capacity - begin);
   if (range > static_cast<int64_t>(device_.limits().maxStorageBufferRange))
     return absl::OutOfRangeError(absl::StrCat("[vulkan] a view spans ", range,
                                               " bytes; the device binds at most ",
@@ -301,6 +318,34 @@ absl::StatusOr<Recorded> VulkanBackend::resolve_launch(const VkStep& step, const
     rec.dispatches.emplace_back(first, static_cast<uint32_t>(groups));
   }
   return rec;
+}
+
+std::vector<StepLaunch> VulkanBackend::split_wide_weights(const VkStep& step, const StepLaunch& launch,
+                                                          SplitLaunches& split) const {
+  if (step.node->kind != OpKind::Linear || launch.inputs.size() != 2 || !is_quantized(launch.inputs[1].dtype) ||
+      launch.inputs[1].extent.rank() != 2)
+    return {launch};
+  const KernelInput& w = launch.inputs[1];
+  const int64_t row_bytes = dtype_bytes(w.dtype, w.extent.extent(1));
+  const int64_t align = static_cast<int64_t>(std::max<VkDeviceSize>(device_.limits().minStorageBufferOffsetAlignment, 4));
+  const int64_t room = static_cast<int64_t>(device_.limits().maxStorageBufferRange) - align - 4;  // window rounding
+  if (w.extent.extent(0) * row_bytes <= room || row_bytes > room) return {launch};  // fits, or never will (window says)
+  const int64_t rows = room / row_bytes;
+  std::vector<StepLaunch> parts;
+  for (const Box& box : launch.boxes) {
+    const int last = box.rank() - 1;
+    for (int64_t first = box.begin(last); first < box.end(last); first += rows) {
+      const int64_t end = std::min(first + rows, box.end(last));
+      std::array<KernelInput, 2>& in = split.inputs.emplace_back(std::array<KernelInput, 2>{launch.inputs[0], w});
+      in[1].data = static_cast<std::byte*>(w.data) + (first - w.extent.begin(0)) * row_bytes;
+      in[1].extent = Box{{first, end}, {w.extent.begin(1), w.extent.end(1)}};
+      Box& sub = split.boxes.emplace_back(box);
+      sub[last] = Interval(first, end);
+      parts.push_back(StepLaunch{launch.step, std::span<const KernelInput>(in.data(), 2), launch.out,
+                                 std::span<const Box>(&sub, 1)});
+    }
+  }
+  return parts;
 }
 
 absl::Status VulkanBackend::reserve(size_t sets, size_t descriptors, size_t param_bytes) {
@@ -413,6 +458,7 @@ absl::Status VulkanBackend::run(const PreparedPlan& prepared, std::span<const St
     return st;  // the command buffer, pool and parameters are reused
   std::vector<Recorded> recorded;
   std::vector<int32_t> params;
+  SplitLaunches split;
   absl::flat_hash_set<uint64_t> read, written;  // buffers touched since the last barrier
   absl::Status failed;
   for (const StepLaunch& launch : launches) {
@@ -420,11 +466,14 @@ absl::Status VulkanBackend::run(const PreparedPlan& prepared, std::span<const St
       failed = absl::InvalidArgumentError(
           absl::StrCat("[vulkan] step ", launch.step, " not in the plan"));
     } else {
-      absl::StatusOr<Recorded> rec =
-          resolve_launch(plan->steps[static_cast<size_t>(launch.step)], launch, params);
-      if (!rec.ok()) {
-        failed = rec.status();
-      } else if (!rec->dispatches.empty()) {
+      const VkStep& step = plan->steps[static_cast<size_t>(launch.step)];
+      for (const StepLaunch& part : split_wide_weights(step, launch, split)) {
+        absl::StatusOr<Recorded> rec = resolve_launch(step, part, params);
+        if (!rec.ok()) {
+          failed = rec.status();
+          break;
+        }
+        if (rec->dispatches.empty()) continue;
         const uint64_t out = rec->bindings[1].buffer;
         bool hazard = written.contains(out) || read.contains(out);
         for (size_t b = 2; b < rec->bindings.size(); ++b)

@@ -3,8 +3,11 @@
 // clear Unimplemented for what has no kernel (the session runs it on its fallback).
 #include <doctest/doctest.h>
 
+#include <random>
+
 #include "backends/gpu/codegen.h"
 #include "engine/ops.h"
+#include "tests/support/quant_blocks.h"
 
 using namespace tessera;
 
@@ -101,4 +104,48 @@ TEST_CASE("gpu codegen: GLSL kernels have the OpenCL kernels' shape, and their p
   const gpu::InputLayout big[] = {in};
   CHECK(gpu::append_glsl_params(out, Box{{1, 3}, {0, 6}}, 12, 5, big, params).code() == absl::StatusCode::kOutOfRange);
   CHECK(params.size() == static_cast<size_t>(gpu::kGlslFixedParams + gpu::kGlslInputParams));  // nothing appended
+}
+
+TEST_CASE("gpu codegen: linear with quantised weights is one tiled kernel per block type and rank") {
+  std::mt19937_64 rng(3);
+  auto kernel = [&](auto* generate, DType dtype, const Shape& x_shape, int64_t n) {
+    Graph g;
+    const int64_t k = x_shape.back();
+    const std::vector<uint8_t> bytes = testing::random_quantized(dtype, n, k, rng);
+    Tensor w = g.constant({n, k}, dtype, std::as_bytes(std::span<const uint8_t>(bytes)));
+    Tensor y = linear(g.input("x", x_shape, DType::F32), w);
+    absl::StatusOr<gpu::GeneratedKernel> code = (*generate)(g, g.node(y.id));
+    REQUIRE_MESSAGE(code.ok(), code.status().message());
+    return *code;
+  };
+  for (auto* generate : {&gpu::generate_opencl, &gpu::generate_glsl, &gpu::generate_cuda}) {
+    for (DType dtype : testing::kQuantizedDTypes) {
+      const int64_t block = dtype_block_size(dtype);
+      const gpu::GeneratedKernel a = kernel(generate, dtype, {3, 2 * block}, 5), b = kernel(generate, dtype, {40, 4 * block}, 9);
+      CHECK(a.source == b.source);
+      CHECK(a.shape == gpu::KernelShape::Tiles);
+      CHECK(a.local_size == gpu::kTileLocalSize);
+      CHECK(a.depth == 2 * block);
+      CHECK(a.source != kernel(generate, dtype, {2, 3, block}, 5).source);  // rank
+    }
+    CHECK(kernel(generate, DType::Q4_K, {2, 256}, 3).source != kernel(generate, DType::Q6_K, {2, 256}, 3).source);
+  }
+  // f16 weights have no device decoder: the session runs them on its fallback.
+  Graph g;
+  Tensor y = linear(g.input("x", {2, 8}, DType::F32), cast(g.input("w", {3, 8}, DType::F32), DType::F16));
+  CHECK(gpu::generate_opencl(g, g.node(y.id)).status().code() == absl::StatusCode::kUnimplemented);
+}
+
+TEST_CASE("gpu codegen: tiled launches cover the box (per-element below kTileMinRows rows, else 32 x 32 tiles)") {
+  gpu::GeneratedKernel k;
+  k.shape = gpu::KernelShape::Tiles;
+  k.local_size = gpu::kTileLocalSize;
+  CHECK(gpu::work_items(k, Box{{0, 1}, {0, 1536}}) == 1536);                        // decode row: one item per element
+  CHECK(gpu::work_items(k, Box{{0, 3}, {0, 5}}) == 64);                             // rounded up to whole groups
+  CHECK(gpu::work_items(k, Box{{0, 7}}) == 64);                                     // rank 1
+  CHECK(gpu::work_items(k, Box{{5, 5 + 512}, {0, 1536}}) == 16 * 48 * 64);          // tiles
+  CHECK(gpu::work_items(k, Box{{0, 2}, {3, 40}, {0, 33}}) == 2 * 2 * 2 * 64);       // leading axes, partial tiles
+  CHECK(gpu::work_items(k, Box{{0, 2}, {3, 3}, {0, 33}}) == 0);
+  CHECK(gpu::address_unit(DType::Q4_K) == 1);
+  CHECK(gpu::address_unit(DType::F32) == 4);
 }

@@ -12,6 +12,7 @@
 #include "backends/registry.h"
 #include "engine/ops.h"
 #include "engine/session.h"
+#include "tests/support/quant_blocks.h"
 #ifdef TESSERA_HAVE_NVRTC
 #include "backends/cuda/nvrtc_compile.h"
 #endif
@@ -36,6 +37,14 @@ struct Covered {
     nodes.push_back(matmul(x, g.input("b", {6, 3}, DType::F32)));
     nodes.push_back(matmul(g.input("a", {2, 4, 6}, DType::F32), m));
     nodes.push_back(linear(x, w));
+    // Linear with every quantised weight type (tiled kernels, byte-addressed weights).
+    std::mt19937_64 rng(7);
+    for (DType dtype : testing::kQuantizedDTypes) {
+      const int64_t k = dtype_block_size(dtype);
+      const std::vector<uint8_t> bytes = testing::random_quantized(dtype, 3, k, rng);
+      nodes.push_back(linear(g.input("xq" + std::string(dtype_name(dtype)), {2, k}, DType::F32),
+                             g.constant({3, k}, dtype, std::as_bytes(std::span<const uint8_t>(bytes)))));
+    }
     nodes.push_back(softmax(x, -1));
     nodes.push_back(log_softmax(x, 0));
     nodes.push_back(rms_norm(x, y, 1e-6));

@@ -1,11 +1,13 @@
 // Both real LLMs on the OpenCL and Vulkan backends (the ops they lack run on the CPU fallback,
-// with explicit copies) give the same greedy continuation as the CPU backend: 32 tokens. The
-// real conv nets run wholly on the device and match the CPU backend within tolerance.
+// with explicit copies; linear never does) give the same greedy continuation as the CPU
+// backend: 32 tokens. The real conv nets run wholly on the device and match the CPU backend
+// within tolerance.
 #include <doctest/doctest.h>
 
 #include <cstdlib>
 #include <string>
 
+#include "absl/strings/str_join.h"
 #include "backends/registry.h"
 #include <cmath>
 
@@ -31,6 +33,14 @@ std::vector<int32_t> greedy(const LlmModel& model, const std::string& backend, s
   for (int i = 0; i < count; ++i) {
     const int64_t row = static_cast<int64_t>(tokens.size()) - 1;
     const int32_t next = testing::argmax(session->read<float>("logits", Box{{row, row + 1}, {0, vocab}}));
+    if (i == 0 && !backend.empty()) {
+      // Every linear runs on the device (quantised weights decoded there): the steps left on the
+      // fallback are the other ops the device lacks, listed for the log.
+      const std::vector<std::string> fallback = session->fallback_ops();
+      MESSAGE(backend, " fallback ops: ", absl::StrJoin(fallback, ", "), "; fallback steps of the prompt read: ",
+              session->stats().fallback_steps, " of ", session->stats().steps);
+      for (const std::string& op : fallback) CHECK_MESSAGE(op.rfind("linear ", 0) != 0, op, " ran on the fallback");
+    }
     out.push_back(next);
     tokens.push_back(next);
     session->write<int32_t>("ids", Box{{row + 1, row + 2}}, std::vector<int32_t>{next});

@@ -2,6 +2,7 @@
 // the tests every GPU backend gets (tests/gpu/backend_suite.h), plus the special values of its
 // GLSL function forms and views deep in buffers larger than one storage-buffer binding.
 #include "tests/gpu/backend_suite.h"
+#include "tests/gpu/linear_suite.h"
 
 using namespace tessera;
 using namespace tessera::gpu_testing;
@@ -17,6 +18,16 @@ TEST_CASE("vulkan: strided views through the backend interface match the referen
 TEST_CASE("vulkan: random graphs, incremental reads bitwise equal to a fresh session") { random_graphs(kVulkan); }
 
 TEST_CASE("vulkan: shaders compile once per source and device; a warm backend compiles nothing") { kernel_cache(kVulkan); }
+
+TEST_CASE("vulkan: tiled f32 matmul and linear match the reference; sub-boxes bitwise equal") { tiled_f32(kVulkan); }
+
+TEST_CASE("vulkan: linear with every quantised weight type matches the reference; sub-boxes bitwise equal") {
+  quantised_linear(kVulkan);
+}
+
+TEST_CASE("vulkan: quantised linear through strided and partial views") { quantised_strided_views(kVulkan); }
+
+TEST_CASE("vulkan: matmul and linear timings (printed under TESSERA_GPU_TIMING=1)") { timings(kVulkan); }
 
 TEST_CASE("vulkan: NaN and infinities follow the reference (minimum, maximum, pow, erf)") {
   Env env;
