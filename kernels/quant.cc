@@ -12,7 +12,6 @@ static_assert(std::endian::native == std::endian::little, "GGUF blocks are littl
 namespace {
 
 constexpr int kQK = 32;     // elements per block of the legacy formats
-constexpr int kQK_K = 256;  // elements per super-block of the k-quants
 
 float f16_at(const uint8_t* p) {
   uint16_t h;
