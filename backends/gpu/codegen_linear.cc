@@ -2,6 +2,8 @@
 // kernel around them (see codegen_linear.h for the work division and why it is box-independent).
 #include "backends/gpu/codegen_linear.h"
 
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 
 namespace tessera::gpu::detail {
@@ -242,12 +244,17 @@ std::string opencl_prologue(int rank, DType weight) {
 
 absl::StatusOr<GeneratedKernel> tiled_dot_opencl(const Graph& graph, const Node& node) {
   const DType weight = graph.node(node.inputs[1]).dtype;
+  return tiled_kernel(node, "tessera_dot",
+                      absl::StrCat(opencl_prologue(node.rank(), weight), tiled_body(weight), "  }\n}\n"));
+}
+
+GeneratedKernel tiled_kernel(const Node& node, std::string name, std::string source) {
   GeneratedKernel k;
   k.rank = node.rank();
-  k.name = "tessera_dot";
+  k.name = std::move(name);
   k.shape = KernelShape::Tiles;
   k.local_size = kTileLocalSize;
-  k.source = absl::StrCat(opencl_prologue(k.rank, weight), tiled_body(weight), "  }\n}\n");
+  k.source = std::move(source);
   return k;
 }
 

@@ -38,5 +38,7 @@ extern const char* const kHalfFunction;
 // The kernel body for work-group `grp` (see the layout comment in codegen_linear.cc); `weight`
 // is the dtype of input 1 (F32 for matmul and f32 linear).
 std::string tiled_body(DType weight);
+// A Tiles kernel of `node` named `name` with this source.
+GeneratedKernel tiled_kernel(const Node& node, std::string name, std::string source);
 
 }  // namespace tessera::gpu::detail

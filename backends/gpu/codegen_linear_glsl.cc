@@ -75,13 +75,7 @@ std::string glsl_main(const std::string& body) {
 
 absl::StatusOr<GeneratedKernel> tiled_dot_glsl(const Graph& graph, const Node& node) {
   const DType weight = graph.node(node.inputs[1]).dtype;
-  GeneratedKernel k;
-  k.rank = node.rank();
-  k.name = "main";
-  k.shape = KernelShape::Tiles;
-  k.local_size = kTileLocalSize;
-  k.source = absl::StrCat(glsl_prologue(k.rank, weight), glsl_main(tiled_body(weight)));
-  return k;
+  return tiled_kernel(node, "main", absl::StrCat(glsl_prologue(node.rank(), weight), glsl_main(tiled_body(weight))));
 }
 
 }  // namespace tessera::gpu::detail
