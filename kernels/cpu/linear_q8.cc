@@ -45,7 +45,10 @@ RowLayout::RowLayout(int64_t depth_, int64_t block_) : depth(depth_), block(bloc
   d_offset = align64(depth);
   sums_offset = d_offset + align64(4 * (depth / block));
   scaled_sums_offset = sums_offset + align64(4 * (depth / 32));
-  row_bytes = scaled_sums_offset + align64(4 * (depth / 32));
+  const int64_t pairs = (depth / block + 1) / 2;
+  pair_scales_offset = scaled_sums_offset + align64(4 * (depth / 32));
+  pair_offsets_offset = pair_scales_offset + align64(4 * 16 * pairs);
+  row_bytes = pair_offsets_offset + (block == 32 ? align64(4 * 16 * pairs) : 0);
 }
 
 void quantize_row_portable(const float* x, int64_t step, const RowLayout& layout, std::byte* dst) {
@@ -256,6 +259,7 @@ TESSERA_INLINE __m256i dot_scaled(__m256i u, __m256i s, __m256i scale) {
 }
 constexpr int kWideCols = 2;  // 32 registers with AVX-512 VL
 #include "kernels/cpu/linear_q8_simd.inc"
+#include "kernels/cpu/linear_q8_row512.inc"
 }  // namespace
 }  // namespace tessera::cpu::q8::vnni_path
 TESSERA_VNNI_END
@@ -324,7 +328,8 @@ absl::Status linear_q8(const KernelArgs& args) {
 template <DType kType>
 KernelFn kernel_for(Isa isa) {
 #if TESSERA_HAVE_AVX2_PATHS
-  if (isa == Isa::Avx512Vnni) return linear_q8<kType, vnni_path::tile<kType>, vnni_path::quantize_row>;
+  if (isa == Isa::Avx512Vnni)
+    return linear_q8<kType, vnni_path::tile_vnni<kType>, vnni_path::quantize_row_vnni<kType>>;
   if (isa != Isa::Portable) return linear_q8<kType, avx2_path::tile<kType>, avx2_path::quantize_row>;
 #endif
   (void)isa;
