@@ -17,9 +17,9 @@
 // integers and the same float operations, so they agree bit for bit, and no box, tile or thread
 // count changes a value. On AVX-512 VNNI a single x row (decode) of Q8_0, Q5_0 or Q4_1 weights
 // runs a 512-bit body holding blocks b and b + 1 (acc[0] and acc[1]) in one register
-// (linear_q8_row512.inc): the same values with about half the instructions. The results differ from the f32-activation path (the activations are
-// rounded to 8 bits), so the path is opt-in: TESSERA_LINEAR=int8 in the environment (see
-// linear_int8_activations in cpu_kernels.h).
+// (linear_q8_row512.inc): the same values with about half the instructions. The results differ
+// from the f32-activation path (the activations are rounded to 8 bits), so the path is opt-in:
+// TESSERA_LINEAR=int8 in the environment (see linear_int8_activations in cpu_kernels.h).
 // Precision: on real inputs each linear's outputs equal the scheme evaluated exactly to ~1e-7
 // (relative RMS) and differ from f32 activations by ~0.4-1% (V projections up to ~2.7%), as
 // llama.cpp's q8_0/q8_1 activations do; through 30 layers SmolLM2-135M's logits move by ~0.8,
