@@ -17,6 +17,7 @@ namespace {
 
 constexpr int64_t kTileRows = 4;    // x rows sharing each unpacked weight block
 constexpr int64_t kItemCols = 16;   // output columns per work item
+constexpr int64_t kRowItemCols = 64;  // the same when one x row is computed (no reuse across rows)
 constexpr int64_t kChunkRows = 64;  // x rows quantised at a time (bounds the scratch)
 
 int64_t align64(int64_t bytes) { return (bytes + 63) / 64 * 64; }
@@ -45,7 +46,10 @@ RowLayout::RowLayout(int64_t depth_, int64_t block_) : depth(depth_), block(bloc
   d_offset = align64(depth);
   sums_offset = d_offset + align64(4 * (depth / block));
   scaled_sums_offset = sums_offset + align64(4 * (depth / 32));
-  row_bytes = scaled_sums_offset + align64(4 * (depth / 32));
+  const int64_t pairs = (depth / block + 1) / 2;
+  pair_scales_offset = scaled_sums_offset + align64(4 * (depth / 32));
+  pair_offsets_offset = pair_scales_offset + align64(4 * 16 * pairs);
+  row_bytes = pair_offsets_offset + (block == 32 ? align64(4 * 16 * pairs) : 0);
 }
 
 void quantize_row_portable(const float* x, int64_t step, const RowLayout& layout, std::byte* dst) {
@@ -256,6 +260,7 @@ TESSERA_INLINE __m256i dot_scaled(__m256i u, __m256i s, __m256i scale) {
 }
 constexpr int kWideCols = 2;  // 32 registers with AVX-512 VL
 #include "kernels/cpu/linear_q8_simd.inc"
+#include "kernels/cpu/linear_q8_row512.inc"
 }  // namespace
 }  // namespace tessera::cpu::q8::vnni_path
 TESSERA_VNNI_END
@@ -287,11 +292,10 @@ absl::Status linear_q8(const KernelArgs& args) {
   const int64_t x_step = x.strides[last];
   const TensorView& out = args.out;
   const int64_t out_step = out.strides[last];
-  const int64_t col_items = (n_end - n_begin + kItemCols - 1) / kItemCols;
   int64_t index[kMaxRank];
-  float results[kTileRows][kItemCols];
+  float results[kTileRows][kRowItemCols];
   QRow q[kTileRows];
-  const uint8_t* w_rows[kItemCols];
+  const uint8_t* w_rows[kRowItemCols];
   for (int64_t c0 = 0; c0 < rows.count(); c0 += kChunkRows) {
     const int64_t chunk = std::min(kChunkRows, rows.count() - c0);
     for (int64_t r = 0; r < chunk; ++r) {
@@ -300,16 +304,25 @@ absl::Status linear_q8(const KernelArgs& args) {
       kQuantize(x.at<const float>(index), x_step, layout, quantised + r * layout.row_bytes);
     }
     // Item i covers row tile i % row_tiles of column group i / row_tiles, so consecutive items
-    // reuse the same weight rows from cache.
+    // reuse the same weight rows from cache. A single row has nothing to reuse: wider items, and
+    // results go straight to a dense output row. (Items only group work: no value depends on them.)
     const int64_t row_tiles = (chunk + kTileRows - 1) / kTileRows;
+    const int64_t item_cols = chunk == 1 ? kRowItemCols : kItemCols;
+    const int64_t col_items = (n_end - n_begin + item_cols - 1) / item_cols;
     for (int64_t item = 0; item < row_tiles * col_items; ++item) {
       const int64_t r0 = (item % row_tiles) * kTileRows;
       const int64_t tile_rows = std::min(kTileRows, chunk - r0);
-      const int64_t n0 = n_begin + (item / row_tiles) * kItemCols;
-      const int64_t cols = std::min(kItemCols, n_end - n0);
+      const int64_t n0 = n_begin + (item / row_tiles) * item_cols;
+      const int64_t cols = std::min(item_cols, n_end - n0);
       for (int64_t r = 0; r < tile_rows; ++r) q[r] = qrow(quantised + (r0 + r) * layout.row_bytes, layout);
       for (int64_t j = 0; j < cols; ++j) w_rows[j] = weights + (n0 + j - weight_origin) * row_bytes;
-      kTile(w_rows, q, tile_rows, cols, blocks, &results[0][0], kItemCols);
+      if (tile_rows == 1 && out_step == 1) {
+        rows.index(c0 + r0, index);
+        index[last] = n0;
+        kTile(w_rows, q, 1, cols, blocks, out.at<float>(index), kRowItemCols);
+        continue;
+      }
+      kTile(w_rows, q, tile_rows, cols, blocks, &results[0][0], kRowItemCols);
       for (int64_t r = 0; r < tile_rows; ++r) {
         rows.index(c0 + r0 + r, index);
         index[last] = n0;
@@ -324,7 +337,8 @@ absl::Status linear_q8(const KernelArgs& args) {
 template <DType kType>
 KernelFn kernel_for(Isa isa) {
 #if TESSERA_HAVE_AVX2_PATHS
-  if (isa == Isa::Avx512Vnni) return linear_q8<kType, vnni_path::tile<kType>, vnni_path::quantize_row>;
+  if (isa == Isa::Avx512Vnni)
+    return linear_q8<kType, vnni_path::tile_vnni<kType>, vnni_path::quantize_row_vnni<kType>>;
   if (isa != Isa::Portable) return linear_q8<kType, avx2_path::tile<kType>, avx2_path::quantize_row>;
 #endif
   (void)isa;

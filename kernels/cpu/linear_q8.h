@@ -15,9 +15,11 @@
 //   out = hsum(acc[0] + acc[1]) (+ macc),   hsum the fixed order of avx2::hsum.
 // The portable, AVX2 (vpmaddubsw / vpmaddwd) and AVX-512 VNNI (vpdpbusd) paths compute the same
 // integers and the same float operations, so they agree bit for bit, and no box, tile or thread
-// count changes a value. The results differ from the f32-activation path (the activations are
-// rounded to 8 bits), so the path is opt-in: TESSERA_LINEAR=int8 in the environment (see
-// linear_int8_activations in cpu_kernels.h).
+// count changes a value. On AVX-512 VNNI a single x row (decode) of Q8_0, Q5_0 or Q4_1 weights
+// runs a 512-bit body holding blocks b and b + 1 (acc[0] and acc[1]) in one register
+// (linear_q8_row512.inc): the same values with about half the instructions. The results differ
+// from the f32-activation path (the activations are rounded to 8 bits), so the path is opt-in:
+// TESSERA_LINEAR=int8 in the environment (see linear_int8_activations in cpu_kernels.h).
 // Precision: on real inputs each linear's outputs equal the scheme evaluated exactly to ~1e-7
 // (relative RMS) and differ from f32 activations by ~0.4-1% (V projections up to ~2.7%), as
 // llama.cpp's q8_0/q8_1 activations do; through 30 layers SmolLM2-135M's logits move by ~0.8,
@@ -41,23 +43,30 @@ int64_t activation_block(DType dtype);
 struct RowLayout {
   RowLayout(int64_t depth, int64_t block);
   int64_t depth = 0, block = 0;
-  int64_t d_offset = 0, sums_offset = 0, scaled_sums_offset = 0, row_bytes = 0;
+  int64_t d_offset = 0, sums_offset = 0, scaled_sums_offset = 0;
+  int64_t pair_scales_offset = 0, pair_offsets_offset = 0, row_bytes = 0;
 };
 
 // A quantised activation row: q[K], d[K / block], sums[K / 32] and scaled_sums[K / 32] (each
-// sum times its block's d, the offset term of Q4_1).
+// sum times its block's d, the offset term of Q4_1). The one-row AVX-512 VNNI body also reads
+// pair_scales (8 copies of each d, padded to an even block count) and pair_offsets (8 int32 per
+// 32 elements; see linear_q8_row512.inc), which only its own quantisation fills.
 struct QRow {
   const int8_t* q;
   const float* d;
   const int32_t* sums;
   const float* scaled_sums;
+  const float* pair_scales;
+  const int32_t* pair_offsets;
 };
 
 inline QRow qrow(const std::byte* base, const RowLayout& layout) {
   return QRow{reinterpret_cast<const int8_t*>(base),
               reinterpret_cast<const float*>(base + layout.d_offset),
               reinterpret_cast<const int32_t*>(base + layout.sums_offset),
-              reinterpret_cast<const float*>(base + layout.scaled_sums_offset)};
+              reinterpret_cast<const float*>(base + layout.scaled_sums_offset),
+              reinterpret_cast<const float*>(base + layout.pair_scales_offset),
+              reinterpret_cast<const int32_t*>(base + layout.pair_offsets_offset)};
 }
 
 // The eight 6-bit scales and mins of a Q4_K block from its 12 scale bytes (layout in

@@ -195,6 +195,28 @@ TEST_CASE("kernels: linear_q8 gives the same bits for one row and for chunks of 
   }
 }
 
+TEST_CASE("kernels: linear_q8 one-row decode equals the portable path for odd and even block counts") {
+  // One x row takes the AVX-512 VNNI pair body (two blocks per register, an odd last block
+  // alone); 1 to 9 blocks and widths that are not a multiple of its 4 columns.
+  std::mt19937_64 rng(36);
+  for (DType dtype : kCovered) {
+    const int64_t block = cpu::q8::activation_block(dtype);
+    for (int64_t blocks = 1; blocks <= (block == 32 ? 9 : 3); ++blocks) {
+      Case c;
+      build(c, dtype, {1, blocks * block}, static_cast<int64_t>(rng() % 23) + 1, rng);
+      CAPTURE(std::string(dtype_name(dtype)));
+      CAPTURE(blocks);
+      const Box full = Box::full(c.f.node().shape);
+      const std::vector<float> portable = c.f.run(c.kernel(cpu::Isa::Portable), full);
+      for (cpu::Isa isa : all_isas()) {
+        const std::string isa_label = cpu::isa_name(isa);
+        CAPTURE(isa_label);
+        check_equal(c.f.run(c.kernel(isa), full), portable, "one row vs portable");
+      }
+    }
+  }
+}
+
 TEST_CASE("kernels: linear_q8 reads a strided x like a contiguous one, and zero rows give zeros") {
   std::mt19937_64 rng(34);
   for (DType dtype : kCovered) {
