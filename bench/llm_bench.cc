@@ -282,7 +282,8 @@ struct Options {
 void print_usage(std::FILE* f) {
   std::fprintf(f,
                "usage: llm_bench [--threads LIST] [--rounds R] [--steps S] [--peers LIST] [--mapped-weights] "
-               "[--cpu-time] MODEL.gguf...\n"
+               "[--cpu-time]\n"
+               "                 [--backend NAME [--backend-full]] MODEL.gguf...\n"
                "  --threads LIST   comma-separated thread counts (default 1,2)\n"
                "  --rounds R       rounds of (ours, llama.cpp) per model and thread count (default 3), after a warm-up\n"
                "  --steps S        decode steps averaged per context (default 16)\n"
