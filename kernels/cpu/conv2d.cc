@@ -5,8 +5,9 @@
 // input channel of the group) are packed into scratch: zero-padded, restricted to the columns
 // the box's chunk needs, and split into stride_w phases so that every tap reads contiguous floats
 // whatever the stride and dilation. Packed rows sit in a ring of (kernel_h - 1) * dilation_h + 1
-// slots, so consecutive output rows pack only the input rows they do not share (a 1x1 conv of
-// stride 1 reads contiguous input rows in place). The weights of the box's output channels are
+// slots, so consecutive output rows pack only the input rows they do not share. A 1x1 conv of
+// stride 1 over contiguous input rows reads them in place instead, but for side columns that
+// would read past the input view. The weights of the box's output channels are
 // repacked once per call of a large box so that the weights a micro-kernel broadcasts for one
 // tap are adjacent (same values, same order: the bits do not depend on it).
 // A micro-kernel (conv2d_internal.h) then accumulates blocks of output channels x output pixels
@@ -317,13 +318,40 @@ void compute_chunk(const KernelArgs& args, const MicroTable& table, ConvTile& ti
       block(cb, o0, pb, v0);
 }
 
-// A 1x1 conv of stride 1 without padding whose input rows are contiguous reads them where they
-// are instead of packing them, when the micro-kernel's whole vectors (columns rounded up to
-// `lanes`) stay inside the input view's rows (the extra lanes are never stored).
-bool reads_input_directly(const Geometry& g, const TensorView& x, int64_t ow0, int64_t columns,
-                          int64_t lanes) {
-  return g.kernel_h == 1 && g.kernel_w == 1 && g.stride_h == 1 && g.stride_w == 1 && g.pad_h == 0 &&
-         g.pad_w == 0 && x.strides[3] == 1 && ow0 + round_up(columns, lanes) <= x.extent.end(3);
+// Output columns [begin, end) of a box, read in place (`direct`) or packed.
+struct ColumnSegment {
+  int64_t begin = 0, end = 0;
+  bool direct = false;
+};
+
+// Cuts the box's columns into segments: for a 1x1 conv of stride 1 over contiguous input rows, a
+// middle of whole register blocks whose taps all read existing columns inside x's view (read in
+// place on the rows whose taps read existing rows), packed sides, which start with whole register
+// blocks too so that the row is blocked as one packed segment would be; otherwise one packed
+// segment. Returns the segment count (at most 3). The code reads larger kernels in place as well,
+// but measured slower for them: 3x3 and 5x5 convs of 200x240 images lost 5-10% (the packed ring
+// reuses each input row for kernel_h output rows from L1/L2 at conflict-free strides).
+int column_segments(const Geometry& g, const TensorView& x, const Box& box, const MicroTable& table,
+                    ColumnSegment* segments) {
+  const int64_t ow_begin = box.begin(3), ow_end = box.end(3);
+  int count = 0;
+  if (g.kernel_h == 1 && g.kernel_w == 1 && g.stride_w == 1 && x.strides[3] == 1) {
+    const int64_t block = table.lanes * table.max_vectors;
+    const int64_t in_lo = std::max<int64_t>(0, x.extent.begin(3));
+    const int64_t in_hi = std::min(g.width, x.extent.end(3));
+    // Output column ow reads input columns [ow - pad_w, ow - pad_w + (kernel_w - 1) dil_w].
+    const int64_t lo = in_lo + g.pad_w, hi = in_hi + g.pad_w - (g.kernel_w - 1) * g.dil_w;
+    const int64_t a = lo > ow_begin ? ow_begin + round_up(lo - ow_begin, block) : ow_begin;
+    const int64_t b = a + std::max<int64_t>(std::min(hi, ow_end) - a, 0) / block * block;
+    if (b > a) {
+      if (a > ow_begin) segments[count++] = {ow_begin, a, false};
+      segments[count++] = {a, b, true};
+      if (b < ow_end) segments[count++] = {b, ow_end, false};
+      return count;
+    }
+  }
+  segments[count++] = {ow_begin, ow_end, false};
+  return count;
 }
 
 template <const MicroTable& (*kTable)()>
@@ -339,48 +367,60 @@ absl::Status conv2d_f32(const KernelArgs& args) {
   float* packed_weights = carver.take<float>(g.weights_floats());
   const int64_t slots = g.ring_slots();
   int64_t* slot_row = carver.take<int64_t>(slots);  // the input row each ring slot holds
-  int64_t* row_offset = carver.take<int64_t>(g.kernel_h);
-  int64_t* tap_offset = carver.take<int64_t>(g.kernel_w);
+  int64_t* row_offset = carver.take<int64_t>(2 * g.kernel_h);  // packed, then in place
+  int64_t* tap_offset = carver.take<int64_t>(2 * g.kernel_w);
   float* acc = carver.take<float>(conv::kMaxBlockChannels * conv::kMaxBlockPixels);
   if (rows == nullptr || packed_weights == nullptr || slot_row == nullptr || row_offset == nullptr ||
       tap_offset == nullptr || acc == nullptr)
     return absl::InternalError("[conv2d] kernel scratch too small");
-  ConvTile tile;
+  ConvTile tile;  // reads packed rows
+  tile.rows = rows;
   tile.channels = g.in_per_group;
   tile.kernel_h = g.kernel_h;
   tile.kernel_w = g.kernel_w;
   tile.row_offset = row_offset;
   tile.tap_offset = tap_offset;
+  ConvTile direct = tile;  // reads x's rows in place (stride_w 1)
+  direct.channel_stride = x.strides[1];
+  direct.row_offset = row_offset + g.kernel_h;
+  direct.tap_offset = tap_offset + g.kernel_w;
+  for (int64_t kh = 0; kh < g.kernel_h; ++kh) row_offset[g.kernel_h + kh] = kh * g.dil_h * x.strides[2];
+  for (int64_t kw = 0; kw < g.kernel_w; ++kw) tap_offset[g.kernel_w + kw] = kw * g.dil_w;
+  // Input rows [row_lo, row_hi) exist and lie in x's view.
+  const int64_t row_lo = std::max<int64_t>(0, x.extent.begin(2)), row_hi = std::min(g.height, x.extent.end(2));
   int64_t packed_begin = -1, packed_end = -1;  // output channels packed_weights holds
   const bool repack = box.extent(2) * box.extent(3) >= kRepackPixels;
-  const int64_t ow_begin = box.begin(3), ow_end = box.end(3);
-  for (int64_t ow0 = ow_begin; ow0 < ow_end; ow0 += kChunk) {
-    const int64_t columns = std::min(kChunk, ow_end - ow0);
-    const bool direct = reads_input_directly(g, x, ow0, columns, table.lanes);
-    const int64_t phase_len = g.phase_len(columns), row_stride = g.row_stride(columns);
-    tile.rows = rows;
-    tile.channel_stride = direct ? x.strides[1] : slots * row_stride;
-    for (int64_t kw = 0; kw < g.kernel_w; ++kw)
-      tap_offset[kw] = (kw * g.dil_w % g.stride_w) * phase_len + kw * g.dil_w / g.stride_w;
-    if (direct) tap_offset[0] = row_offset[0] = 0;
-    for (int64_t n = box.begin(0); n < box.end(0); ++n) {
-      for (int64_t o = box.begin(1); o < box.end(1);) {
-        const int64_t group = o / g.out_per_group;
-        const int64_t o_end = std::min(box.end(1), (group + 1) * g.out_per_group);
-        if (repack && (o != packed_begin || o_end != packed_end)) {
-          pack_weights(g, table, args.inputs[1], o, o_end, packed_weights);
-          packed_begin = o;
-          packed_end = o_end;
-        }
-        std::fill(slot_row, slot_row + slots, std::numeric_limits<int64_t>::min());
-        for (int64_t oh = box.begin(2); oh < box.end(2); ++oh) {
-          if (direct) {
-            const int64_t at[4] = {n, group * g.in_per_group, oh, ow0};
-            tile.rows = x.at<const float>(at);
-          } else {
+  ColumnSegment segments[3];
+  const int segment_count = column_segments(g, x, box, table, segments);
+  for (int s = 0; s < segment_count; ++s) {
+    for (int64_t ow0 = segments[s].begin; ow0 < segments[s].end; ow0 += kChunk) {
+      const int64_t columns = std::min(kChunk, segments[s].end - ow0);
+      const int64_t phase_len = g.phase_len(columns), row_stride = g.row_stride(columns);
+      tile.channel_stride = slots * row_stride;
+      for (int64_t kw = 0; kw < g.kernel_w; ++kw)
+        tap_offset[kw] = (kw * g.dil_w % g.stride_w) * phase_len + kw * g.dil_w / g.stride_w;
+      for (int64_t n = box.begin(0); n < box.end(0); ++n) {
+        for (int64_t o = box.begin(1); o < box.end(1);) {
+          const int64_t group = o / g.out_per_group;
+          const int64_t o_end = std::min(box.end(1), (group + 1) * g.out_per_group);
+          if (repack && (o != packed_begin || o_end != packed_end)) {
+            pack_weights(g, table, args.inputs[1], o, o_end, packed_weights);
+            packed_begin = o;
+            packed_end = o_end;
+          }
+          std::fill(slot_row, slot_row + slots, std::numeric_limits<int64_t>::min());
+          for (int64_t oh = box.begin(2); oh < box.end(2); ++oh) {
+            const int64_t ih0 = oh * g.stride_h - g.pad_h;  // input row of tap kh = 0
+            if (segments[s].direct && ih0 >= row_lo && ih0 + (g.kernel_h - 1) * g.dil_h < row_hi) {
+              const int64_t at[4] = {n, group * g.in_per_group, ih0, ow0 - g.pad_w};
+              direct.rows = x.at<const float>(at);
+              compute_chunk(args, table, direct, n, oh, o, o_end, ow0, columns,
+                            repack ? packed_weights : nullptr, acc);
+              continue;
+            }
             for (int64_t kh = 0; kh < g.kernel_h; ++kh) {
               // Input rows are >= -pad_h, so the slot index is never negative.
-              const int64_t ih = oh * g.stride_h - g.pad_h + kh * g.dil_h;
+              const int64_t ih = ih0 + kh * g.dil_h;
               const int64_t slot = (ih + g.pad_h) % slots;
               row_offset[kh] = slot * row_stride;
               if (slot_row[slot] == ih) continue;
@@ -388,11 +428,11 @@ absl::Status conv2d_f32(const KernelArgs& args) {
                        tile.channel_stride);
               slot_row[slot] = ih;
             }
+            compute_chunk(args, table, tile, n, oh, o, o_end, ow0, columns, repack ? packed_weights : nullptr,
+                          acc);
           }
-          compute_chunk(args, table, tile, n, oh, o, o_end, ow0, columns, repack ? packed_weights : nullptr,
-                        acc);
+          o = o_end;
         }
-        o = o_end;
       }
     }
   }
@@ -418,7 +458,7 @@ int64_t conv2d_scratch_bytes(const Graph& graph, const Node& node, bool) {
                                  graph.node(node.inputs[1]).shape, node.shape);
   return scratch_take_bytes<float>(g.rows_floats()) + scratch_take_bytes<float>(g.weights_floats()) +
          scratch_take_bytes<int64_t>(g.ring_slots()) +
-         scratch_take_bytes<int64_t>(g.kernel_h) + scratch_take_bytes<int64_t>(g.kernel_w) +
+         scratch_take_bytes<int64_t>(2 * g.kernel_h) + scratch_take_bytes<int64_t>(2 * g.kernel_w) +
          scratch_take_bytes<float>(conv::kMaxBlockChannels * conv::kMaxBlockPixels);
 }
 
