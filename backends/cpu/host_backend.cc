@@ -29,8 +29,8 @@ struct HostStep {
 // are bound by that memory traffic). Other ops cut from their outermost axis.
 int preferred_split_axis(const Node& node) { return node.kind == OpKind::Conv2d ? 2 : 0; }
 
-// A launch with less work than this runs whole on one member: splitting it would cost a
-// barrier more than it saves.
+// A launch with less work than this is one tile: cutting it would cost more in waiting for
+// the tiles than it saves.
 constexpr int64_t kSplitWork = int64_t{1} << 15;
 
 int64_t work_per_element(const Graph& graph, const Node& node) {
@@ -44,7 +44,7 @@ int64_t work_per_element(const Graph& graph, const Node& node) {
   }
 }
 
-// Tile `member` of `members` of `box`: cut along the outermost axis with at least 4 steps per
+// Tile `member` of `members` (here: of tiles) of `box`: cut along the outermost axis with at least 4 steps per
 // member (from axis `split_from` first, then from axis 0), else the outermost that divides evenly, else the outermost with at least `members`
 // elements, else the widest; a step is an element, on the innermost axis 64 elements (where
 // its cuts fall). An
@@ -79,6 +79,27 @@ Box tile_of(const Box& box, int member, int members, int split_from) {
   Box tile = box;
   tile[axis] = Interval(cut(member), cut(member + 1));
   return tile;
+}
+
+// Tiles a launch of `work` (elements x work per element) whose largest box is `box` is cut
+// into: one below kSplitWork; else up to kTilesPerMember per member (members claim them as they
+// finish, so one the OS deschedules delays the launch by a tile, not by a share), fewer where
+// the preferred axes have no room for 4 steps per tile (a conv cut into a few rows per tile
+// would pack its halo rows again for each).
+constexpr int kTilesPerMember = 4;
+
+int tile_count(const Box& box, int64_t work, int members, int split_from) {
+  if (work < kSplitWork || box.rank() == 0) return 1;
+  const int rank = box.rank();
+  auto has_room = [&](int tiles) {
+    for (int d = std::min(split_from, rank - 1); d < rank; ++d)
+      if (box.extent(d) >= 4 * tiles * (d == rank - 1 ? 64 : 1)) return true;
+    return false;
+  };
+  int tiles = static_cast<int>(
+      std::clamp<int64_t>(work / kSplitWork, members, int64_t{members} * kTilesPerMember));
+  while (tiles > members && !has_room(tiles)) --tiles;
+  return tiles;
 }
 
 class HostPreparedPlan final : public PreparedPlan {
@@ -187,17 +208,17 @@ void HostBackend::set_threads(int threads) {
   team_.reset();
 }
 
-// One launch, or member `member`'s tile of each of its boxes when members > 1.
-absl::Status HostBackend::run_launch(const PreparedPlan& prepared, const StepLaunch& launch, int member,
-                                     int members, std::span<std::byte> scratch) const {
+// Tile `tile` of `tiles` of each of the launch's boxes.
+absl::Status HostBackend::run_launch(const PreparedPlan& prepared, const StepLaunch& launch, int tile,
+                                     int tiles, std::span<std::byte> scratch) const {
   const HostStep& step = static_cast<const HostPreparedPlan&>(prepared).steps[static_cast<size_t>(launch.step)];
   KernelNode node(*step.node);
   node.constant_data = step.constant_data;
   for (const Box& box : launch.boxes) {
-    if (members > 1 && box.rank() == 0 && member != 0) continue;  // a scalar is one member's
-    const Box tile = members > 1 ? tile_of(box, member, members, step.split_from) : box;
-    if (tile.empty() && tile.rank() > 0) continue;
-    if (absl::Status status = step.kernel(KernelArgs{node, launch.inputs, launch.out, tile, scratch}); !status.ok())
+    if (tiles > 1 && box.rank() == 0 && tile != 0) continue;  // a scalar is one tile's
+    const Box part = tiles > 1 ? tile_of(box, tile, tiles, step.split_from) : box;
+    if (part.empty() && part.rank() > 0) continue;
+    if (absl::Status status = step.kernel(KernelArgs{node, launch.inputs, launch.out, part, scratch}); !status.ok())
       return status;
   }
   return absl::OkStatus();
@@ -231,25 +252,46 @@ absl::Status HostBackend::run(const PreparedPlan& prepared, std::span<const Step
   }
   if (team_ == nullptr) team_ = cpu::WorkerTeam::shared(threads_);
   const int members = team_->size();
-  split_.assign(launches.size(), 0);
+  if (tiles_capacity_ < launches.size()) {
+    tiles_capacity_ = std::max(launches.size(), 2 * tiles_capacity_);
+    tiles_ = std::make_unique<LaunchTiles[]>(tiles_capacity_);
+  }
   for (size_t j = 0; j < launches.size(); ++j) {
+    const HostStep& step = plan->steps[static_cast<size_t>(launches[j].step)];
     int64_t elements = 0;
-    for (const Box& box : launches[j].boxes) elements += box.volume();
-    split_[j] = elements * plan->steps[static_cast<size_t>(launches[j].step)].cost >= kSplitWork;
+    Box widest = Box::of_rank(0);
+    for (const Box& box : launches[j].boxes) {
+      elements += box.volume();
+      if (widest.rank() == 0 || box.volume() > widest.volume()) widest = box;
+    }
+    tiles_[j].claimed.store(0, std::memory_order_relaxed);
+    tiles_[j].done.store(0, std::memory_order_relaxed);
+    tiles_[j].total = static_cast<uint32_t>(tile_count(widest, elements * step.cost, members, step.split_from));
   }
   std::atomic<size_t> failed{launches.size()};
   std::mutex error_mutex;
   absl::Status first_error;
   team_->run([&](int member) {
     for (size_t j = 0; j < launches.size(); ++j) {
-      if (j > 0 && (split_[j] || split_[j - 1])) team_->barrier();
-      if ((!split_[j] && member != 0) || failed.load(std::memory_order_acquire) <= j) continue;
-      absl::Status status = run_launch(prepared, launches[j], member, split_[j] ? members : 1, slice(member));
-      if (status.ok()) continue;
-      std::lock_guard<std::mutex> lock(error_mutex);
-      if (j < failed.load()) {
-        failed.store(j, std::memory_order_release);
-        first_error = status;
+      LaunchTiles& launch_tiles = tiles_[j];
+      const uint32_t total = launch_tiles.total;
+      // Every tile of launch j - 1 is done (so, by induction, of every earlier launch).
+      if (j > 0 && launch_tiles.claimed.load(std::memory_order_relaxed) < total)
+        cpu::WorkerTeam::wait_at_least(tiles_[j - 1].done, tiles_[j - 1].total);
+      for (uint32_t t = launch_tiles.claimed.fetch_add(1, std::memory_order_relaxed); t < total;
+           t = launch_tiles.claimed.fetch_add(1, std::memory_order_relaxed)) {
+        if (failed.load(std::memory_order_acquire) > j) {
+          absl::Status status = run_launch(prepared, launches[j], static_cast<int>(t), static_cast<int>(total), slice(member));
+          if (!status.ok()) {
+            std::lock_guard<std::mutex> lock(error_mutex);
+            if (j < failed.load()) {
+              failed.store(j, std::memory_order_release);
+              first_error = status;
+            }
+          }
+        }
+        // Counted even after a failure, so that no member waits forever.
+        if (launch_tiles.done.fetch_add(1, std::memory_order_acq_rel) + 1 == total) launch_tiles.done.notify_all();
       }
     }
   });

@@ -3,7 +3,9 @@
 // kernel per node; buffers, copies, plan preparation and running are shared.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
 
 #include "absl/container/flat_hash_map.h"
 #include "backends/backend.h"
@@ -28,12 +30,14 @@ class HostBackend : public Backend {
   absl::StatusOr<std::unique_ptr<PreparedPlan>> prepare(const Graph& graph,
                                                         const Plan& plan) override;
   // Runs the launches in one parallel region of the backend's team (set_threads): a launch with
-  // enough work is split into one tile per member, cut along the outermost axis that has room
-  // (kernels compute each element the same way whatever box they get, so the split never changes
-  // a bit); lighter launches run whole on member 0. A barrier separates a split launch from its
-  // neighbours; runs of whole launches need none. Returns the first kernel error unchanged and
-  // sets last_failed_step() (the caller knows the step, hence the op). Each member's kernels
-  // get their own slice of `scratch` (prepare sized it for the team).
+  // enough work is cut into a few tiles per member along the outermost axis that has room
+  // (kernels compute each element the same way whatever box they get, so the cut never changes
+  // a bit); a lighter launch is one tile. Members claim tiles from a counter per launch and start
+  // a launch once every tile of the previous one is done, so a member the OS has descheduled
+  // holds up the others only by the tile it has claimed, never by the tiles it has not reached.
+  // Returns the first kernel error unchanged and sets last_failed_step() (the caller knows the
+  // step, hence the op). Each member's kernels get their own slice of `scratch` (prepare sized
+  // it for the team).
   absl::Status run(const PreparedPlan& prepared, std::span<const StepLaunch> launches,
                    std::span<std::byte> scratch) override;
   // Threads of the team (>= 1; default WorkerTeam::default_size()); plans prepared before a
@@ -54,13 +58,19 @@ class HostBackend : public Backend {
   // Checks `box` and `region` against the buffer; the address of the region's first byte.
   absl::StatusOr<std::byte*> region_address(const BufferRegion& region, const Box& box) const;
 
-  absl::Status run_launch(const PreparedPlan& prepared, const StepLaunch& launch, int member, int members,
+  absl::Status run_launch(const PreparedPlan& prepared, const StepLaunch& launch, int tile, int tiles,
                           std::span<std::byte> scratch) const;
 
   absl::flat_hash_map<uint64_t, int64_t> buffers_;  // live buffers: id (the address) -> bytes
   int threads_ = cpu::WorkerTeam::default_size();
   std::shared_ptr<cpu::WorkerTeam> team_;  // taken on the first run with threads_ > 1
-  std::vector<uint8_t> split_;             // per launch of the current run
+  // Per launch of the current run: tiles claimed and finished (64-byte apart: members poll them).
+  struct alignas(64) LaunchTiles {
+    std::atomic<uint32_t> claimed{0}, done{0};
+    uint32_t total = 1;
+  };
+  std::unique_ptr<LaunchTiles[]> tiles_;
+  size_t tiles_capacity_ = 0;
 };
 
 }  // namespace tessera

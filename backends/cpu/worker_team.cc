@@ -63,6 +63,16 @@ void WorkerTeam::wait_until_changed(const std::atomic<uint32_t>& word, uint32_t 
   while (word.load(std::memory_order_acquire) == seen) word.wait(seen, std::memory_order_acquire);
 }
 
+void WorkerTeam::wait_at_least(const std::atomic<uint32_t>& count, uint32_t target) {
+  for (int i = 0; i < kSpins; ++i) {
+    if (count.load(std::memory_order_acquire) >= target) return;
+    relax();
+  }
+  for (uint32_t seen = count.load(std::memory_order_acquire); seen < target;
+       seen = count.load(std::memory_order_acquire))
+    count.wait(seen, std::memory_order_acquire);
+}
+
 void WorkerTeam::run(const std::function<void(int)>& fn) {
   if (size_ == 1) {
     fn(0);

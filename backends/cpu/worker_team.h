@@ -32,6 +32,8 @@ class WorkerTeam {
   void run(const std::function<void(int)>& fn);
   // Inside fn, by every member: returns once all members have called it.
   void barrier();
+  // Returns once `count` >= target: spins briefly, then sleeps until a notify_all on `count`.
+  static void wait_at_least(const std::atomic<uint32_t>& count, uint32_t target);
 
   // The team size a session gets by default: TESSERA_THREADS, else the hardware's cores.
   static int default_size();

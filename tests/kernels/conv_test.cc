@@ -39,11 +39,19 @@ std::vector<ConvCase> conv_cases() {
       {12, 9, 11, 35, 3, 3, params(1, 1)},        // width over two 16-pixel vectors
       {16, 17, 7, 50, 3, 3, params(2, 1)},        // stride 2
       {20, 11, 6, 13, 1, 1, params(1, 0)},        // 1x1
+      {20, 11, 6, 48, 1, 1, params(1, 0)},        // 1x1 reading whole vectors of rows in place
+      {12, 10, 5, 40, 1, 1, params(1, 0, 1, 2)},  // grouped 1x1, in place with 8 lanes only
       {9, 10, 8, 19, 5, 5, params(1, 2)},         // 5x5
       {6, 5, 9, 21, 3, 3, params(1, 2, 2)},       // dilation 2
       {8, 12, 10, 15, 3, 3, params(1, 1, 1, 4)},  // groups
       {7, 7, 9, 11, 3, 3, params(1, 1, 1, 7)},    // depthwise
       {4, 6, 12, 301, 3, 3, params(1, 1)},        // wider than one packed chunk
+      {5, 9, 40, 110, 3, 3, params(1, 1)},        // enough pixels to repack the weights
+      {6, 9, 70, 64, 1, 1, params(1, 0)},         // 1x1, repacked weights, rows read in place
+      {6, 9, 7, 75, 1, 1, params(1, 0)},          // 1x1 read in place but for the last columns
+      {5, 7, 9, 150, 5, 5, params(1, 2)},         // 5x5, wide
+      {4, 5, 10, 140, 3, 3, params(1, 2, 2)},     // dilated, wide
+      {4, 5, 9, 120, 3, 3, params(1, 0)},         // no padding, wide
       {5, 6, 9, 290, 3, 3, params(2, 1)},         // strided, wider than one chunk
       {5, 3, 8, 9, 2, 4, params(3, 0)},           // stride 3, no padding, non-square kernel
       {4, 5, 7, 8, 3, 3, params(1, 1), false},    // no bias
@@ -54,6 +62,9 @@ std::vector<ConvCase> conv_cases() {
   asymmetric.params.pad_w = 2;
   asymmetric.params.dilation_w = 3;
   cases.push_back(asymmetric);
+  ConvCase row_stride{5, 6, 8, 130, 3, 3, params(1, 1)};  // stride 2 along rows only
+  row_stride.params.stride_h = 2;
+  cases.push_back(row_stride);
   ConvCase batch{5, 9, 6, 10, 3, 3, params(1, 1)};
   cases.push_back(batch);
   return cases;
