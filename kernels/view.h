@@ -56,6 +56,10 @@ struct KernelNode {
   const Shape& shape;
   const OpAttrs& attrs;
   const void* constant_data = nullptr;  // OpKind::Constant: dense row-major values of `shape`
+  // What the backend prepared for this node once, before any run (nullptr: nothing): the cpu
+  // backend's linear with int8 activations gets its weight repacked into the kernel's panel
+  // layout (kernels/cpu/linear_q8.h). A kernel computes the same bits with or without it.
+  const void* prepared = nullptr;
 
   // From a node; `constant_data` is set by kernel_node(graph, node) only.
   KernelNode(const Node& node)  // NOLINT(google-explicit-constructor): a view of the node
@@ -133,6 +137,11 @@ class KernelCall {
   KernelCall(const KernelCall&) = delete;
   KernelCall& operator=(const KernelCall&) = delete;
   operator const KernelArgs&() const { return args_; }  // NOLINT(google-explicit-constructor)
+  // Hands the kernel data a backend would have prepared for the node (KernelNode::prepared).
+  KernelCall& with_prepared(const void* prepared) {
+    args_.node.prepared = prepared;
+    return *this;
+  }
 
  private:
   static std::vector<KernelInput> make_inputs(const Graph& graph, const Node& node, std::span<const TensorView> views) {

@@ -1,5 +1,11 @@
 // The built-in host backends: "cpu" (optimised kernels where registered, reference otherwise)
 // and "reference" (the scalar oracle only).
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
 #include "backends/cpu/host_backend.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/ref/ref_kernels.h"
@@ -19,9 +25,36 @@ class CpuBackend final : public HostBackend {
       if (KernelFn fast = cpu::optimised_kernel(graph, node)) return fast;
     return ref::reference_kernel(node.kind);
   }
+  // Made once per weight and kernel, shared by every plan and session on this backend (the
+  // pool's: so by the pool's sessions). An entry is reused only while the weight's owner is
+  // alive (its address cannot have been reused); a weight without an owner is prepared per plan.
+  const void* prepare_node(const Graph& graph, const Node& node, KernelFn kernel) override {
+    if (!optimised_ || cpu::prepared_bytes(graph, node, kernel) == 0) return nullptr;
+    const ConstantData& weight = graph.constant_data(graph.node(node.inputs[1]).constant);
+    const auto key = std::make_pair(reinterpret_cast<uintptr_t>(weight.data), reinterpret_cast<uintptr_t>(kernel));
+    if (weight.owner != nullptr) {
+      auto it = prepared_.find(key);
+      if (it != prepared_.end() && it->second.owner.lock() == weight.owner) return it->second.data.get();
+    }
+    std::shared_ptr<const void> data = cpu::prepare_node_data(graph, node, kernel);
+    if (data == nullptr) return nullptr;
+    stats_.prepared_bytes += cpu::prepared_bytes(graph, node, kernel);
+    const void* result = data.get();
+    if (weight.owner != nullptr)
+      prepared_[key] = Prepared{weight.owner, std::move(data)};
+    else
+      unshared_.push_back(std::move(data));
+    return result;
+  }
 
  private:
+  struct Prepared {
+    std::weak_ptr<const void> owner;
+    std::shared_ptr<const void> data;
+  };
   bool optimised_;
+  absl::flat_hash_map<std::pair<uintptr_t, uintptr_t>, Prepared> prepared_;
+  std::vector<std::shared_ptr<const void>> unshared_;
 };
 
 }  // namespace

@@ -20,6 +20,7 @@ struct HostStep {
   KernelFn kernel = nullptr;
   const Node* node = nullptr;  // in the graph given to prepare (which outlives the plan)
   const void* constant_data = nullptr;
+  const void* prepared = nullptr;  // prepare_node's data (KernelNode::prepared)
   int64_t cost = 1;  // work per output element (the reduction depth of matmul-like ops)
   int split_from = 0;  // the outermost axis tile_of prefers to cut
 };
@@ -188,10 +189,11 @@ absl::StatusOr<std::unique_ptr<PreparedPlan>> HostBackend::prepare(const Graph& 
       return absl::InvalidArgumentError("[backend] plan of another graph");
     const Node& node = graph.node(ps.node);
     if (absl::Status supported = supports(graph, node); !supported.ok()) return supported;
-    HostStep step{kernel_for(graph, node), &node, kernel_node(graph, node).constant_data,
+    HostStep step{kernel_for(graph, node), &node, kernel_node(graph, node).constant_data, nullptr,
                   work_per_element(graph, node), preferred_split_axis(node)};
     if (step.kernel == nullptr)
       return absl::InternalError("[backend] supported op without a kernel");
+    step.prepared = prepare_node(graph, node, step.kernel);
     prepared->steps.push_back(step);
     // Session views are dense row-major (the only views this backend is given by a plan).
     prepared->member_scratch = std::max(prepared->member_scratch,
@@ -214,6 +216,7 @@ absl::Status HostBackend::run_launch(const PreparedPlan& prepared, const StepLau
   const HostStep& step = static_cast<const HostPreparedPlan&>(prepared).steps[static_cast<size_t>(launch.step)];
   KernelNode node(*step.node);
   node.constant_data = step.constant_data;
+  node.prepared = step.prepared;
   for (const Box& box : launch.boxes) {
     if (tiles > 1 && box.rank() == 0 && tile != 0) continue;  // a scalar is one tile's
     const Box part = tiles > 1 ? tile_of(box, tile, tiles, step.split_from) : box;

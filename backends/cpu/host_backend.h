@@ -53,6 +53,9 @@ class HostBackend : public Backend {
  protected:
   // The kernel for `node` (nullptr: unsupported). Depends only on the node and its inputs.
   virtual KernelFn kernel_for(const Graph& graph, const Node& node) const = 0;
+  // What `kernel` wants prepared once for `node` (KernelNode::prepared; see
+  // cpu::prepare_node_data), owned by the backend for its lifetime; nullptr: nothing.
+  virtual const void* prepare_node(const Graph& /*graph*/, const Node& /*node*/, KernelFn /*kernel*/) { return nullptr; }
 
  private:
   // Checks `box` and `region` against the buffer; the address of the region's first byte.

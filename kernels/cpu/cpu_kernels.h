@@ -7,6 +7,9 @@
 // computed by the same code.
 #pragma once
 
+#include <cstdint>
+#include <memory>
+
 #include "kernels/view.h"
 
 namespace tessera::cpu {
@@ -38,6 +41,14 @@ bool linear_int8_activations();
 KernelFn optimised_kernel(const Graph& graph, const Node& node);
 // The same for a given instruction set (tests and benchmarks; isa_supported(isa) required).
 KernelFn optimised_kernel_for(const Graph& graph, const Node& node, Isa isa);
+
+// What `kernel` (this node's optimised kernel) wants prepared once before it runs, for
+// KernelNode::prepared; nullptr when nothing. Linear with int8 activations and a constant weight:
+// the weight packed into the kernel's panels (linear_q8.h), in transparent-huge-page memory.
+// It depends only on the weight's bytes, dtype and shape: callers may share it between nodes.
+std::shared_ptr<const void> prepare_node_data(const Graph& graph, const Node& node, KernelFn kernel);
+// Bytes of what prepare_node_data makes for the node (0: nothing).
+int64_t prepared_bytes(const Graph& graph, const Node& node, KernelFn kernel);
 
 // Per-op selectors (one per file of kernels/cpu), nullptr when the node is not covered.
 KernelFn matmul_kernel(const Graph& graph, const Node& node, Isa isa);     // matmul.cc

@@ -14,7 +14,10 @@
 //
 // Scratch: when x is not contiguous along K (never the case for session buffers) its rows are
 // copied into 4 * K floats of the call's scratch.
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <vector>
@@ -343,6 +346,41 @@ int64_t linear_scratch_bytes(const Graph& graph, const Node& node, bool dense_vi
   const int64_t rows = node.shape.empty() ? 1 : shape_volume(node.shape) / std::max<int64_t>(node.shape.back(), 1);
   const int64_t int8_path = q8::scratch_bytes(w.dtype, w.shape[1], rows);
   return std::max(int8_path, dense_views ? 0 : scratch_take_bytes<float>(kTileRows * w.shape[1]));
+}
+
+namespace {
+
+// The constant weight of a linear node whose kernel is the int8 path, or nullptr.
+const Node* packable_weight(const Graph& graph, const Node& node, KernelFn kernel) {
+  if (node.kind != OpKind::Linear || node.inputs.size() < 2 || kernel == nullptr) return nullptr;
+  const Node& w = graph.node(node.inputs[1]);
+  if (w.kind != OpKind::Constant || w.shape.size() != 2 || q8::activation_block(w.dtype) == 0) return nullptr;
+  for (Isa isa : {Isa::Portable, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni})
+    if (kernel == q8::kernel(w.dtype, isa)) return &w;
+  return nullptr;
+}
+
+}  // namespace
+
+int64_t prepared_bytes(const Graph& graph, const Node& node, KernelFn kernel) {
+  const Node* w = packable_weight(graph, node, kernel);
+  return w == nullptr ? 0 : q8::packed_bytes(w->dtype, w->shape[0], w->shape[1]);
+}
+
+std::shared_ptr<const void> prepare_node_data(const Graph& graph, const Node& node, KernelFn kernel) {
+  const Node* w = packable_weight(graph, node, kernel);
+  if (w == nullptr) return nullptr;
+  const int64_t bytes = q8::packed_bytes(w->dtype, w->shape[0], w->shape[1]);
+  if (bytes <= 0) return nullptr;
+  // Huge pages: decode streams the whole matrix once per token (DESIGN.md section 5).
+  constexpr size_t kHugePage = size_t{2} << 20;
+  const size_t size = (static_cast<size_t>(bytes) + kHugePage - 1) / kHugePage * kHugePage;
+  void* memory = std::aligned_alloc(kHugePage, size);
+  if (memory == nullptr) return nullptr;  // the kernel packs panels itself
+  madvise(memory, size, MADV_HUGEPAGE);
+  q8::pack_weight(w->dtype, static_cast<const uint8_t*>(graph.constant_data(w->constant).data), w->shape[0],
+                  w->shape[1], static_cast<uint8_t*>(memory));
+  return std::shared_ptr<const void>(memory, [](const void* p) { std::free(const_cast<void*>(p)); });
 }
 
 KernelFn linear_kernel(const Graph& graph, const Node& node, Isa isa) {

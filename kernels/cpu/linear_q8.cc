@@ -15,16 +15,9 @@ namespace tessera::cpu::q8 {
 
 namespace {
 
-constexpr int64_t kTileRows = 4;    // x rows sharing each unpacked weight block
-constexpr int64_t kItemCols = 16;   // output columns per work item
-constexpr int64_t kRowItemCols = 64;  // the same when one x row is computed (no reuse across rows)
 constexpr int64_t kChunkRows = 64;  // x rows quantised at a time (bounds the scratch)
 
 int64_t align64(int64_t bytes) { return (bytes + 63) / 64 * 64; }
-
-using TileFn = void (*)(const uint8_t* const* w, const QRow* x, int64_t rows, int64_t cols, int64_t blocks,
-                        float* results, int64_t results_stride);
-using QuantizeFn = void (*)(const float* x, int64_t step, const RowLayout& layout, std::byte* dst);
 
 }  // namespace
 
@@ -45,194 +38,369 @@ int64_t activation_block(DType dtype) {
 RowLayout::RowLayout(int64_t depth_, int64_t block_) : depth(depth_), block(block_) {
   d_offset = align64(depth);
   sums_offset = d_offset + align64(4 * (depth / block));
-  scaled_sums_offset = sums_offset + align64(4 * (depth / 32));
-  const int64_t pairs = (depth / block + 1) / 2;
-  pair_scales_offset = scaled_sums_offset + align64(4 * (depth / 32));
-  pair_offsets_offset = pair_scales_offset + align64(4 * 16 * pairs);
-  row_bytes = pair_offsets_offset + (block == 32 ? align64(4 * 16 * pairs) : 0);
+  sums16_offset = sums_offset + align64(4 * (depth / 32));
+  scaled_sums_offset = sums16_offset + align64(4 * (depth / 16));
+  row_bytes = scaled_sums_offset + align64(4 * (depth / 32));
 }
 
 void quantize_row_portable(const float* x, int64_t step, const RowLayout& layout, std::byte* dst) {
   auto* q = reinterpret_cast<int8_t*>(dst);
   auto* d = reinterpret_cast<float*>(dst + layout.d_offset);
   auto* sums = reinterpret_cast<int32_t*>(dst + layout.sums_offset);
+  auto* sums16 = reinterpret_cast<int32_t*>(dst + layout.sums16_offset);
   auto* scaled_sums = reinterpret_cast<float*>(dst + layout.scaled_sums_offset);
   for (int64_t k0 = 0; k0 < layout.depth; k0 += layout.block) {
     float a = 0.0f;
     for (int64_t k = k0; k < k0 + layout.block; ++k) a = std::max(a, std::fabs(x[k * step]));
     d[k0 / layout.block] = a / 127.0f;
     const float id = a != 0.0f ? 127.0f / a : 0.0f;
-    for (int64_t k = k0; k < k0 + layout.block; k += 32) {
+    for (int64_t k = k0; k < k0 + layout.block; k += 16) {
       int32_t total = 0;
-      for (int64_t i = k; i < k + 32; ++i) {
+      for (int64_t i = k; i < k + 16; ++i) {
         const float scaled = x[i * step] * id;
         const int v = static_cast<int>(std::nearbyint(scaled));
         q[i] = static_cast<int8_t>(v);
         total += v;
       }
-      sums[k / 32] = total;
-      scaled_sums[k / 32] = d[k0 / layout.block] * static_cast<float>(total);
+      sums16[k / 16] = total;
+    }
+    for (int64_t k = k0; k < k0 + layout.block; k += 32) {
+      sums[k / 32] = sums16[k / 16] + sums16[k / 16 + 1];
+      scaled_sums[k / 32] = d[k0 / layout.block] * static_cast<float>(sums[k / 32]);
     }
   }
 }
 
-// ---- portable: the same integers lane by lane, the same float sequence ----------------------
+// ---- packing (linear_q8.h): GGUF blocks -> panels of 16 rows --------------------------------
 
 namespace {
 
-// lanes[l] += scale(l) * sum_{i<4} w[4l+i] * x[4l+i] over one 32-element group; scale(l) is lo
-// for lanes 0-3 and hi for lanes 4-7.
-void group_sums(const int8_t* w, const int8_t* x, int lo, int hi, int32_t* lanes) {
-  for (int l = 0; l < 8; ++l) {
-    int32_t s = 0;
-    for (int i = 0; i < 4; ++i) s += static_cast<int32_t>(w[4 * l + i]) * x[4 * l + i];
-    lanes[l] += (l < 4 ? lo : hi) * s;
+// One GGUF block as integers: q[e] the element's unsigned integer value (Q8_0: w + 128), the
+// block's f16 scale bits d (and m / dmin), and the K-quants' integer sub-scales and mins.
+struct Unpacked {
+  uint8_t q[256];
+  uint16_t d = 0, m = 0;
+  int8_t scale[16];
+  uint8_t min[8];
+};
+
+uint16_t u16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
+
+void unpack_block(DType dtype, const uint8_t* w, Unpacked& u) {
+  switch (dtype) {
+    case DType::Q8_0:
+      u.d = u16(w);
+      for (int e = 0; e < 32; ++e) u.q[e] = static_cast<uint8_t>(static_cast<int8_t>(w[2 + e]) + 128);
+      return;
+    case DType::Q5_0: {
+      u.d = u16(w);
+      uint32_t qh;
+      std::memcpy(&qh, w + 2, 4);
+      for (int j = 0; j < 16; ++j) {
+        u.q[j] = static_cast<uint8_t>((w[6 + j] & 0x0F) | (((qh >> j) & 1) << 4));
+        u.q[j + 16] = static_cast<uint8_t>((w[6 + j] >> 4) | (((qh >> (j + 16)) & 1) << 4));
+      }
+      return;
+    }
+    case DType::Q4_1:
+      u.d = u16(w);
+      u.m = u16(w + 2);
+      for (int j = 0; j < 16; ++j) {
+        u.q[j] = static_cast<uint8_t>(w[4 + j] & 0x0F);
+        u.q[j + 16] = static_cast<uint8_t>(w[4 + j] >> 4);
+      }
+      return;
+    case DType::Q4_K: {
+      u.d = u16(w);
+      u.m = u16(w + 2);
+      int scale[8], min[8];
+      k_scale_min(w + 4, scale, min);
+      for (int s = 0; s < 8; ++s) {
+        u.scale[s] = static_cast<int8_t>(scale[s]);
+        u.min[s] = static_cast<uint8_t>(min[s]);
+        const uint8_t* chunk = w + 16 + 32 * (s / 2);
+        for (int l = 0; l < 32; ++l) u.q[32 * s + l] = static_cast<uint8_t>((chunk[l] >> (4 * (s % 2))) & 0x0F);
+      }
+      return;
+    }
+    case DType::Q6_K: {
+      u.d = u16(w + 208);
+      for (int j = 0; j < 16; ++j) u.scale[j] = static_cast<int8_t>(w[192 + j]);
+      for (int half = 0; half < 2; ++half) {
+        const uint8_t* ql = w + 64 * half;
+        const uint8_t* qh = w + 128 + 32 * half;
+        uint8_t* q = u.q + 128 * half;
+        for (int l = 0; l < 32; ++l) {
+          q[l] = static_cast<uint8_t>((ql[l] & 0x0F) | ((qh[l] & 3) << 4));
+          q[l + 32] = static_cast<uint8_t>((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4));
+          q[l + 64] = static_cast<uint8_t>((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
+          q[l + 96] = static_cast<uint8_t>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
+        }
+      }
+      return;
+    }
+    default:
+      return;
   }
 }
 
-struct PortableSums {
-  int32_t lanes[8];
-  float dd, mm, mv;
-};
+void put16(uint8_t* p, uint16_t v) {
+  p[0] = static_cast<uint8_t>(v);
+  p[1] = static_cast<uint8_t>(v >> 8);
+}
+
+// Nibble parts of `elements` values of row r: part c, byte 4r + i = q[8c + i] | q[8c + 4 + i] << 4.
+void put_nibbles(uint8_t* parts, int r, const uint8_t* q, int elements) {
+  for (int c = 0; c < elements / 8; ++c)
+    for (int i = 0; i < 4; ++i)
+      parts[64 * c + 4 * r + i] = static_cast<uint8_t>((q[8 * c + i] & 0x0F) | ((q[8 * c + 4 + i] & 0x0F) << 4));
+}
+
+// Row r's block in its panel: integer part at `ints`, scale part at `scales` (linear_q8.h).
+void put_block(DType dtype, const Unpacked& u, int r, uint8_t* ints, uint8_t* scales) {
+  switch (dtype) {
+    case DType::Q8_0:
+      put16(scales + 2 * r, u.d);
+      for (int t = 0; t < 8; ++t)
+        for (int i = 0; i < 4; ++i) ints[64 * t + 4 * r + i] = u.q[4 * t + i];
+      return;
+    case DType::Q5_0:
+      put16(scales + 2 * r, u.d);
+      put_nibbles(ints, r, u.q, 32);
+      for (int t = 0; t < 8; ++t)
+        for (int i = 0; i < 4; ++i) {
+          const int bit = 4 * r + i;
+          if (u.q[4 * t + i] & 0x10) ints[256 + 8 * t + bit / 8] |= static_cast<uint8_t>(1 << (bit % 8));
+        }
+      return;
+    case DType::Q4_1:
+      put16(scales + 2 * r, u.d);
+      put16(scales + 32 + 2 * r, u.m);
+      put_nibbles(ints, r, u.q, 32);
+      return;
+    case DType::Q4_K:
+      put16(scales + 2 * r, u.d);
+      put16(scales + 32 + 2 * r, u.m);
+      for (int s = 0; s < 8; ++s) {
+        scales[64 + 16 * s + r] = static_cast<uint8_t>(u.scale[s]);
+        scales[192 + 16 * s + r] = u.min[s];
+      }
+      put_nibbles(ints, r, u.q, 256);
+      return;
+    case DType::Q6_K:
+      put16(scales + 2 * r, u.d);
+      for (int j = 0; j < 16; ++j) scales[32 + 16 * j + r] = static_cast<uint8_t>(u.scale[j]);
+      put_nibbles(ints, r, u.q, 256);
+      for (int h = 0; h < 16; ++h)
+        for (int i = 0; i < 4; ++i) {
+          uint8_t bits = 0;
+          for (int m = 0; m < 4; ++m) bits = static_cast<uint8_t>(bits | (((u.q[16 * h + 4 * m + i] >> 4) & 3) << (2 * m)));
+          ints[2048 + 64 * h + 4 * r + i] = bits;
+        }
+      return;
+    default:
+      return;
+  }
+}
+
+}  // namespace
+
+int64_t panel_bytes(DType dtype, int64_t k) {
+  const int64_t block = dtype_block_size(dtype);
+  if (panel_int_bytes(dtype) == 0 || block <= 0 || k % block != 0) return 0;
+  return align64(k / block * panel_scale_bytes(dtype)) + k / block * panel_int_bytes(dtype);
+}
+
+int64_t packed_bytes(DType dtype, int64_t n, int64_t k) {
+  return (n + kPanelRows - 1) / kPanelRows * panel_bytes(dtype, k);
+}
+
+void pack_panel(DType dtype, const uint8_t* rows, int64_t row_bytes, int64_t first_lane, int64_t count, int64_t k,
+                uint8_t* panel) {
+  const int64_t blocks = k / dtype_block_size(dtype), block_bytes = dtype_block_bytes(dtype);
+  const int64_t int_bytes = panel_int_bytes(dtype), scale_bytes = panel_scale_bytes(dtype);
+  Unpacked u;
+  for (int64_t r = 0; r < count; ++r)
+    for (int64_t b = 0; b < blocks; ++b) {
+      unpack_block(dtype, rows + r * row_bytes + b * block_bytes, u);
+      put_block(dtype, u, static_cast<int>(first_lane + r), panel + align64(blocks * scale_bytes) + b * int_bytes,
+                panel + b * scale_bytes);
+    }
+}
+
+void pack_weight(DType dtype, const uint8_t* w, int64_t n, int64_t k, uint8_t* dst) {
+  const int64_t row_bytes = dtype_bytes(dtype, k), one_panel = panel_bytes(dtype, k);
+  std::memset(dst, 0, static_cast<size_t>(packed_bytes(dtype, n, k)));
+  for (int64_t p = 0; p * kPanelRows < n; ++p)
+    pack_panel(dtype, w + p * kPanelRows * row_bytes, row_bytes, 0, std::min(kPanelRows, n - p * kPanelRows), k,
+               dst + p * one_panel);
+}
+
+// ---- portable: the same integers and float operations, one output element at a time --------
+
+namespace {
+
+// Element e's integer in a nibble part array (linear_q8.h) of row r.
+int nibble(const uint8_t* parts, int r, int e) {
+  const uint8_t byte = parts[64 * (e / 8) + 4 * r + (e % 4)];
+  return (e % 8) < 4 ? byte & 0x0F : byte >> 4;
+}
+
+float half_at(const uint8_t* p) { return half_to_float(u16(p)); }
 
 template <DType kType>
-struct PortableBlock;
-
-template <>
-struct PortableBlock<DType::Q8_0> {
-  static constexpr int64_t kBytes = 34;
-  static constexpr bool kMin = false;
-  static void sums(const uint8_t* w, int64_t b, const QRow& x, PortableSums& s) {
-    std::fill_n(s.lanes, 8, 0);
-    group_sums(reinterpret_cast<const int8_t*>(w + 2), x.q + 32 * b, 1, 1, s.lanes);
-    s.dd = half_to_float(static_cast<uint16_t>(w[0] | (w[1] << 8))) * x.d[b];
-  }
-};
-
-template <>
-struct PortableBlock<DType::Q5_0> {
-  static constexpr int64_t kBytes = 22;
-  static constexpr bool kMin = false;
-  static void sums(const uint8_t* w, int64_t b, const QRow& x, PortableSums& s) {
-    uint32_t qh;
-    std::memcpy(&qh, w + 2, 4);
-    int8_t q[32];
-    for (int j = 0; j < 16; ++j) {
-      q[j] = static_cast<int8_t>(((w[6 + j] & 0x0F) | (((qh >> j) & 1) << 4)) - 16);
-      q[j + 16] = static_cast<int8_t>(((w[6 + j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - 16);
-    }
-    std::fill_n(s.lanes, 8, 0);
-    group_sums(q, x.q + 32 * b, 1, 1, s.lanes);
-    s.dd = half_to_float(static_cast<uint16_t>(w[0] | (w[1] << 8))) * x.d[b];
-  }
-};
-
-template <>
-struct PortableBlock<DType::Q4_1> {
-  static constexpr int64_t kBytes = 20;
-  static constexpr bool kMin = true;
-  static void sums(const uint8_t* w, int64_t b, const QRow& x, PortableSums& s) {
-    int8_t q[32];
-    for (int j = 0; j < 16; ++j) {
-      q[j] = static_cast<int8_t>(w[4 + j] & 0x0F);
-      q[j + 16] = static_cast<int8_t>(w[4 + j] >> 4);
-    }
-    std::fill_n(s.lanes, 8, 0);
-    group_sums(q, x.q + 32 * b, 1, 1, s.lanes);
-    s.dd = half_to_float(static_cast<uint16_t>(w[0] | (w[1] << 8))) * x.d[b];
-    s.mm = half_to_float(static_cast<uint16_t>(w[2] | (w[3] << 8)));
-    s.mv = x.scaled_sums[b];
-  }
-};
-
-template <>
-struct PortableBlock<DType::Q4_K> {
-  static constexpr int64_t kBytes = 144;
-  static constexpr bool kMin = true;
-  static void sums(const uint8_t* w, int64_t b, const QRow& x, PortableSums& s) {
-    int scale[8], min[8];
-    k_scale_min(w + 4, scale, min);
-    std::fill_n(s.lanes, 8, 0);
-    for (int sub = 0; sub < 8; ++sub) {
-      const uint8_t* chunk = w + 16 + 32 * (sub / 2);
-      int8_t q[32];
-      for (int l = 0; l < 32; ++l) q[l] = static_cast<int8_t>((chunk[l] >> (4 * (sub % 2))) & 0x0F);
-      group_sums(q, x.q + 256 * b + 32 * sub, scale[sub], scale[sub], s.lanes);
-    }
-    int32_t m = 0;
-    for (int sub = 0; sub < 8; ++sub) m += min[sub] * x.sums[8 * b + sub];
-    s.mv = static_cast<float>(m);
-    s.dd = half_to_float(static_cast<uint16_t>(w[0] | (w[1] << 8))) * x.d[b];
-    s.mm = -(half_to_float(static_cast<uint16_t>(w[2] | (w[3] << 8))) * x.d[b]);
-  }
-};
-
-template <>
-struct PortableBlock<DType::Q6_K> {
-  static constexpr int64_t kBytes = 210;
-  static constexpr bool kMin = false;
-  static void sums(const uint8_t* w, int64_t b, const QRow& x, PortableSums& s) {
-    const auto* scales = reinterpret_cast<const int8_t*>(w + 192);
-    std::fill_n(s.lanes, 8, 0);
-    for (int half = 0; half < 2; ++half) {
-      const uint8_t* ql = w + 64 * half;
-      const uint8_t* qh = w + 128 + 32 * half;
-      int8_t q[4][32];
-      for (int l = 0; l < 32; ++l) {
-        q[0][l] = static_cast<int8_t>(((ql[l] & 0x0F) | ((qh[l] & 3) << 4)) - 32);
-        q[1][l] = static_cast<int8_t>(((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4)) - 32);
-        q[2][l] = static_cast<int8_t>(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
-        q[3][l] = static_cast<int8_t>(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+void micro_portable(const uint8_t* panels, int64_t stride, int count, const QRow* x, int rows, int64_t blocks,
+                    float* out) {
+  constexpr int64_t kInt = panel_int_bytes(kType), kScale = panel_scale_bytes(kType);
+  for (int xr = 0; xr < rows; ++xr)
+    for (int g = 0; g < count; ++g)
+      for (int r = 0; r < kPanelRows; ++r) {
+        const QRow& a = x[xr];
+        float acc = 0.0f, macc = 0.0f;
+        for (int64_t b = 0; b < blocks; ++b) {
+          const uint8_t* scales = panels + g * stride + b * kScale;
+          const uint8_t* ints = panels + g * stride + align64(blocks * kScale) + b * kInt;
+          int32_t sum = 0, mins = 0;
+          if constexpr (kType == DType::Q8_0 || kType == DType::Q5_0 || kType == DType::Q4_1) {
+            const int8_t* q = a.q + 32 * b;
+            for (int e = 0; e < 32; ++e) {
+              int w;
+              if constexpr (kType == DType::Q8_0) {
+                w = ints[64 * (e / 4) + 4 * r + e % 4] - 128;
+              } else if constexpr (kType == DType::Q5_0) {
+                const int bit = 4 * r + e % 4;
+                w = (nibble(ints, r, e) | (((ints[256 + 8 * (e / 4) + bit / 8] >> (bit % 8)) & 1) << 4)) - 16;
+              } else {
+                w = nibble(ints, r, e);
+              }
+              sum += w * q[e];
+            }
+          } else if constexpr (kType == DType::Q4_K) {
+            const int8_t* q = a.q + 256 * b;
+            for (int s = 0; s < 8; ++s) {
+              int32_t part = 0;
+              for (int e = 32 * s; e < 32 * s + 32; ++e) part += nibble(ints, r, e) * q[e];
+              sum += scales[64 + 16 * s + r] * part;
+              mins += scales[192 + 16 * s + r] * a.sums[8 * b + s];
+            }
+          } else {  // Q6_K
+            const int8_t* q = a.q + 256 * b;
+            for (int j = 0; j < 16; ++j) {
+              int32_t part = 0;
+              for (int e = 16 * j; e < 16 * j + 16; ++e) {
+                const int m = (e % 16) / 4, i = e % 4;
+                const int high = (ints[2048 + 64 * j + 4 * r + i] >> (2 * m)) & 3;
+                part += ((nibble(ints, r, e) | (high << 4)) - 32) * q[e];
+              }
+              sum += static_cast<int8_t>(scales[32 + 16 * j + r]) * part;
+            }
+          }
+          acc = std::fma(static_cast<float>(sum), half_at(scales + 2 * r) * a.d[b], acc);
+          if constexpr (kType == DType::Q4_1) macc = std::fma(half_at(scales + 32 + 2 * r), a.scaled_sums[b], macc);
+          if constexpr (kType == DType::Q4_K)
+            macc = std::fma(-(half_at(scales + 32 + 2 * r) * a.d[b]), static_cast<float>(mins), macc);
+        }
+        out[(xr * count + g) * kPanelRows + r] = kType == DType::Q4_1 || kType == DType::Q4_K ? acc + macc : acc;
       }
-      for (int k = 0; k < 4; ++k) {
-        const int group = 4 * half + k;
-        group_sums(q[k], x.q + 256 * b + 32 * group, scales[2 * group], scales[2 * group + 1], s.lanes);
-      }
-    }
-    s.dd = half_to_float(static_cast<uint16_t>(w[208] | (w[209] << 8))) * x.d[b];
-  }
-};
-
-float reduce_lanes(const float* a) { return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7])); }
-
-template <DType kType>
-void tile_portable(const uint8_t* const* w, const QRow* x, int64_t rows, int64_t cols, int64_t blocks,
-                   float* results, int64_t results_stride) {
-  using B = PortableBlock<kType>;
-  PortableSums s;
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t j = 0; j < cols; ++j) {
-      float acc[2][8] = {}, macc = 0.0f;
-      for (int64_t b = 0; b < blocks; ++b) {
-        B::sums(w[j] + b * B::kBytes, b, x[r], s);
-        for (int l = 0; l < 8; ++l) acc[b % 2][l] = std::fma(static_cast<float>(s.lanes[l]), s.dd, acc[b % 2][l]);
-        if constexpr (B::kMin) macc = std::fma(s.mm, s.mv, macc);
-      }
-      float lanes[8];
-      for (int l = 0; l < 8; ++l) lanes[l] = acc[0][l] + acc[1][l];
-      float v = reduce_lanes(lanes);
-      if constexpr (B::kMin) v = v + macc;
-      results[r * results_stride + j] = v;
-    }
 }
 
 }  // namespace
 }  // namespace tessera::cpu::q8
 
-// ---- SIMD: one body, two dot products ---------------------------------------------------------
+// ---- SIMD: one body (linear_q8_simd.inc) over 16 int32 lanes, one lane per panel row ----------
 
 #if TESSERA_HAVE_AVX2_PATHS
 
 TESSERA_AVX2_BEGIN
 namespace tessera::cpu::q8::avx2_path {
 namespace {
-TESSERA_INLINE __m256i dot(__m256i u, __m256i s) {
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+// 16 lanes as two 256-bit halves (rows 0-7, rows 8-15 of a panel).
+struct VI {
+  __m256i a, b;
+};
+struct VF {
+  __m256 a, b;
+};
+using VB = VI;  // 64 bytes: 4 bytes per lane
+TESSERA_INLINE VI vzero() { return {_mm256_setzero_si256(), _mm256_setzero_si256()}; }
+TESSERA_INLINE VI vset1(int32_t v) { return {_mm256_set1_epi32(v), _mm256_set1_epi32(v)}; }
+TESSERA_INLINE VI vadd(VI x, VI y) { return {_mm256_add_epi32(x.a, y.a), _mm256_add_epi32(x.b, y.b)}; }
+TESSERA_INLINE VI vmullo(VI x, VI y) { return {_mm256_mullo_epi32(x.a, y.a), _mm256_mullo_epi32(x.b, y.b)}; }
+TESSERA_INLINE VF vcvt(VI x) { return {_mm256_cvtepi32_ps(x.a), _mm256_cvtepi32_ps(x.b)}; }
+TESSERA_INLINE VF vzerof() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+TESSERA_INLINE VF vset1f(float v) { return {_mm256_set1_ps(v), _mm256_set1_ps(v)}; }
+TESSERA_INLINE VF vmul(VF x, VF y) { return {_mm256_mul_ps(x.a, y.a), _mm256_mul_ps(x.b, y.b)}; }
+TESSERA_INLINE VF vneg(VF x) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  return {_mm256_xor_ps(x.a, sign), _mm256_xor_ps(x.b, sign)};
 }
-TESSERA_INLINE __m256i dot_scaled(__m256i u, __m256i s, __m256i scale) {
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), scale);
+TESSERA_INLINE VF vaddf(VF x, VF y) { return {_mm256_add_ps(x.a, y.a), _mm256_add_ps(x.b, y.b)}; }
+TESSERA_INLINE VF vfma(VF x, VF y, VF z) { return {_mm256_fmadd_ps(x.a, y.a, z.a), _mm256_fmadd_ps(x.b, y.b, z.b)}; }
+TESSERA_INLINE void vstoref(float* p, VF x) {
+  _mm256_storeu_ps(p, x.a);
+  _mm256_storeu_ps(p + 8, x.b);
 }
-constexpr int kWideCols = 1;  // 16 registers: 4 rows x 2 parities already use 8
+// 16 f16 values -> floats; 16 bytes -> int32 lanes.
+TESSERA_INLINE VF load_halves(const uint8_t* p) {
+  return {_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
+          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)))};
+}
+TESSERA_INLINE VI load_u8(const uint8_t* p) {
+  return {_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))),
+          _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8)))};
+}
+TESSERA_INLINE VI load_i8(const uint8_t* p) {
+  return {_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))),
+          _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8)))};
+}
+TESSERA_INLINE VB vload(const uint8_t* p) {
+  return {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)),
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32))};
+}
+TESSERA_INLINE VB lo4(VB x) {
+  const __m256i m = _mm256_set1_epi8(0x0F);
+  return {_mm256_and_si256(x.a, m), _mm256_and_si256(x.b, m)};
+}
+TESSERA_INLINE VB hi4(VB x) {
+  const __m256i m = _mm256_set1_epi8(0x0F);
+  return {_mm256_and_si256(_mm256_srli_epi16(x.a, 4), m), _mm256_and_si256(_mm256_srli_epi16(x.b, 4), m)};
+}
+// Bits 4-5 of every byte: bits 2m, 2m + 1 of h.
+TESSERA_INLINE VB high2(VB h, int m) {
+  const __m256i mask = _mm256_set1_epi8(0x30);
+  auto one = [&](__m256i v) {
+    return _mm256_and_si256(m <= 2 ? _mm256_slli_epi16(v, 4 - 2 * m) : _mm256_srli_epi16(v, 2), mask);
+  };
+  return {one(h.a), one(h.b)};
+}
+TESSERA_INLINE VB vor(VB x, VB y) { return {_mm256_or_si256(x.a, y.a), _mm256_or_si256(x.b, y.b)}; }
+// Byte j |= 16 where bit j of the 64 bits at p is set (Q5_0's fifth bit).
+TESSERA_INLINE VB add_bit4(VB x, const uint8_t* p) {
+  const __m256i b16 = _mm256_set1_epi8(0x10);
+  return {_mm256_or_si256(x.a, _mm256_and_si256(avx2::bytes_from_bits(avx2::load_u32(p)), b16)),
+          _mm256_or_si256(x.b, _mm256_and_si256(avx2::bytes_from_bits(avx2::load_u32(p + 4)), b16))};
+}
+// acc + per lane sum_i u[4l + i] * x4[i]: unsigned u < 128 (no int16 pair saturates).
+TESSERA_INLINE VI dot(VI acc, VB u, const int8_t* x4) {
+  int32_t v;
+  std::memcpy(&v, x4, 4);
+  const __m256i x = _mm256_set1_epi32(v), ones = _mm256_set1_epi16(1);
+  return {_mm256_add_epi32(acc.a, _mm256_madd_epi16(_mm256_maddubs_epi16(u.a, x), ones)),
+          _mm256_add_epi32(acc.b, _mm256_madd_epi16(_mm256_maddubs_epi16(u.b, x), ones))};
+}
+// Q8_0: u = w + 128. acc + sum_i w[4l + i] * x4[i] (|w| against x with w's sign: exact pairs).
+constexpr bool kQ8Offset = false;
+TESSERA_INLINE VI dot_q8(VI acc, VB u, const int8_t* x4) {
+  int32_t v;
+  std::memcpy(&v, x4, 4);
+  const __m256i x = _mm256_set1_epi32(v), ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  auto one = [&](__m256i acc_half, __m256i u_half) {
+    const __m256i w = _mm256_xor_si256(u_half, flip);
+    return _mm256_add_epi32(acc_half, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w)), ones));
+  };
+  return {one(acc.a, u.a), one(acc.b, u.b)};
+}
+constexpr int kMaxTileRows = 2;  // 16 registers
 #include "kernels/cpu/linear_q8_simd.inc"
 }  // namespace
 }  // namespace tessera::cpu::q8::avx2_path
@@ -253,14 +421,47 @@ TESSERA_AVX2_END
 TESSERA_VNNI_BEGIN
 namespace tessera::cpu::q8::vnni_path {
 namespace {
-TESSERA_INLINE __m256i dot(__m256i u, __m256i s) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s); }
-// Scaled sums as on AVX2 (vpmaddwd multiplies and pairs in one step; vpmulld is slower).
-TESSERA_INLINE __m256i dot_scaled(__m256i u, __m256i s, __m256i scale) {
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), scale);
+using VI = __m512i;
+using VF = __m512;
+using VB = __m512i;
+TESSERA_INLINE VI vzero() { return _mm512_setzero_si512(); }
+TESSERA_INLINE VI vset1(int32_t v) { return _mm512_set1_epi32(v); }
+TESSERA_INLINE VI vadd(VI x, VI y) { return _mm512_add_epi32(x, y); }
+TESSERA_INLINE VI vmullo(VI x, VI y) { return _mm512_mullo_epi32(x, y); }
+TESSERA_INLINE VF vcvt(VI x) { return _mm512_cvtepi32_ps(x); }
+TESSERA_INLINE VF vzerof() { return _mm512_setzero_ps(); }
+TESSERA_INLINE VF vset1f(float v) { return _mm512_set1_ps(v); }
+TESSERA_INLINE VF vmul(VF x, VF y) { return _mm512_mul_ps(x, y); }
+TESSERA_INLINE VF vneg(VF x) { return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MIN))); }
+TESSERA_INLINE VF vaddf(VF x, VF y) { return _mm512_add_ps(x, y); }
+TESSERA_INLINE VF vfma(VF x, VF y, VF z) { return _mm512_fmadd_ps(x, y, z); }
+TESSERA_INLINE void vstoref(float* p, VF x) { _mm512_storeu_ps(p, x); }
+TESSERA_INLINE VF load_halves(const uint8_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+TESSERA_INLINE VI load_u8(const uint8_t* p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+TESSERA_INLINE VI load_i8(const uint8_t* p) { return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+TESSERA_INLINE VB vload(const uint8_t* p) { return _mm512_loadu_si512(p); }
+TESSERA_INLINE VB lo4(VB x) { return _mm512_and_si512(x, _mm512_set1_epi8(0x0F)); }
+TESSERA_INLINE VB hi4(VB x) { return _mm512_and_si512(_mm512_srli_epi16(x, 4), _mm512_set1_epi8(0x0F)); }
+TESSERA_INLINE VB high2(VB h, int m) {
+  return _mm512_and_si512(m <= 2 ? _mm512_slli_epi16(h, static_cast<unsigned>(4 - 2 * m)) : _mm512_srli_epi16(h, 2),
+                          _mm512_set1_epi8(0x30));
 }
-constexpr int kWideCols = 2;  // 32 registers with AVX-512 VL
+TESSERA_INLINE VB vor(VB x, VB y) { return _mm512_or_si512(x, y); }
+TESSERA_INLINE VB add_bit4(VB x, const uint8_t* p) {
+  uint64_t bits;
+  std::memcpy(&bits, p, 8);
+  return _mm512_mask_add_epi8(x, _cvtu64_mask64(bits), x, _mm512_set1_epi8(0x10));
+}
+TESSERA_INLINE VI dot(VI acc, VB u, const int8_t* x4) {
+  int32_t v;
+  std::memcpy(&v, x4, 4);
+  return _mm512_dpbusd_epi32(acc, u, _mm512_set1_epi32(v));
+}
+// Q8_0: u = w + 128 against x directly; the caller starts the block's sum at -128 * sum(x).
+constexpr bool kQ8Offset = true;
+TESSERA_INLINE VI dot_q8(VI acc, VB u, const int8_t* x4) { return dot(acc, u, x4); }
+constexpr int kMaxTileRows = 4;  // 32 registers
 #include "kernels/cpu/linear_q8_simd.inc"
-#include "kernels/cpu/linear_q8_row512.inc"
 }  // namespace
 }  // namespace tessera::cpu::q8::vnni_path
 TESSERA_VNNI_END
@@ -272,7 +473,14 @@ TESSERA_VNNI_END
 namespace tessera::cpu::q8 {
 namespace {
 
-template <DType kType, TileFn kTile, QuantizeFn kQuantize>
+// `rows` x rows against `panels` consecutive panels `stride` bytes apart:
+// out[(r * panels + g) * 16 + lane].
+using MicroFn = void (*)(const uint8_t* panel, int64_t stride, int panels, const QRow* x, int rows, int64_t blocks,
+                         float* out);
+constexpr int kGroupPanels = 4;  // panels per micro call
+using QuantizeFn = void (*)(const float* x, int64_t step, const RowLayout& layout, std::byte* dst);
+
+template <DType kType, MicroFn kMicro, QuantizeFn kQuantize>
 absl::Status linear_q8(const KernelArgs& args) {
   const Box& box = args.box;
   if (box.empty()) return absl::OkStatus();
@@ -280,54 +488,67 @@ absl::Status linear_q8(const KernelArgs& args) {
   const KernelInput& w = args.inputs[1];
   const BoxRows rows(box);
   const int last = args.node.rank() - 1;
-  const int64_t depth = w.shape[1];
+  const int64_t depth = w.shape[1], n_total = w.shape[0];
   const int64_t n_begin = box.begin(last), n_end = box.end(last);
   const auto* weights = static_cast<const uint8_t*>(w.data);
-  const int64_t weight_origin = w.extent.begin(0);  // constants: the whole matrix
+  const int64_t weight_begin = w.extent.begin(0), weight_end = w.extent.end(0);
   const int64_t row_bytes = dtype_bytes(kType, depth);
   const int64_t blocks = depth / dtype_block_size(kType);
+  const int64_t one_panel = panel_bytes(kType, depth);
+  // The backend's packed copy of the whole matrix, or panels packed here into scratch.
+  const auto* packed = static_cast<const uint8_t*>(args.node.prepared);
   const RowLayout layout(depth, activation_block(kType));
-  std::byte* quantised = ScratchCarver(args.scratch).take<std::byte>(std::min(kChunkRows, rows.count()) * layout.row_bytes);
-  if (quantised == nullptr) return absl::InternalError("[linear] kernel scratch too small for quantised rows");
+  ScratchCarver carver(args.scratch);
+  std::byte* quantised = carver.take<std::byte>(std::min(kChunkRows, rows.count()) * layout.row_bytes);
+  uint8_t* own_panels = packed == nullptr ? carver.take<uint8_t>(kGroupPanels * one_panel) : nullptr;
+  if (quantised == nullptr || (packed == nullptr && own_panels == nullptr))
+    return absl::InternalError("[linear] kernel scratch too small for quantised rows");
   const int64_t x_step = x.strides[last];
   const TensorView& out = args.out;
   const int64_t out_step = out.strides[last];
   int64_t index[kMaxRank];
-  float results[kTileRows][kRowItemCols];
-  QRow q[kTileRows];
-  const uint8_t* w_rows[kRowItemCols];
+  alignas(64) float results[kChunkRows * kPanelRows * kGroupPanels];
+  QRow q[kChunkRows];
+  const int64_t last_panel = (n_end + kPanelRows - 1) / kPanelRows;
   for (int64_t c0 = 0; c0 < rows.count(); c0 += kChunkRows) {
-    const int64_t chunk = std::min(kChunkRows, rows.count() - c0);
-    for (int64_t r = 0; r < chunk; ++r) {
+    const int chunk = static_cast<int>(std::min(kChunkRows, rows.count() - c0));
+    for (int r = 0; r < chunk; ++r) {
       rows.index(c0 + r, index);
       index[last] = 0;
-      kQuantize(x.at<const float>(index), x_step, layout, quantised + r * layout.row_bytes);
+      std::byte* dst = quantised + r * layout.row_bytes;
+      kQuantize(x.at<const float>(index), x_step, layout, dst);
+      q[r] = qrow(dst, layout);
     }
-    // Item i covers row tile i % row_tiles of column group i / row_tiles, so consecutive items
-    // reuse the same weight rows from cache. A single row has nothing to reuse: wider items, and
-    // results go straight to a dense output row. (Items only group work: no value depends on them.)
-    const int64_t row_tiles = (chunk + kTileRows - 1) / kTileRows;
-    const int64_t item_cols = chunk == 1 ? kRowItemCols : kItemCols;
-    const int64_t col_items = (n_end - n_begin + item_cols - 1) / item_cols;
-    for (int64_t item = 0; item < row_tiles * col_items; ++item) {
-      const int64_t r0 = (item % row_tiles) * kTileRows;
-      const int64_t tile_rows = std::min(kTileRows, chunk - r0);
-      const int64_t n0 = n_begin + (item / row_tiles) * item_cols;
-      const int64_t cols = std::min(item_cols, n_end - n0);
-      for (int64_t r = 0; r < tile_rows; ++r) q[r] = qrow(quantised + (r0 + r) * layout.row_bytes, layout);
-      for (int64_t j = 0; j < cols; ++j) w_rows[j] = weights + (n0 + j - weight_origin) * row_bytes;
-      if (tile_rows == 1 && out_step == 1) {
-        rows.index(c0 + r0, index);
-        index[last] = n0;
-        kTile(w_rows, q, 1, cols, blocks, out.at<float>(index), kRowItemCols);
-        continue;
+    for (int64_t p = n_begin / kPanelRows; p < last_panel; p += kGroupPanels) {
+      const int count = static_cast<int>(std::min<int64_t>(kGroupPanels, last_panel - p));
+      const int64_t p0 = p * kPanelRows;
+      const uint8_t* panels;
+      if (packed != nullptr) {
+        panels = packed + p * one_panel;
+      } else {
+        // Rows the view holds (the box's rows always are); the others stay zero.
+        std::memset(own_panels, 0, static_cast<size_t>(count * one_panel));
+        for (int g = 0; g < count; ++g) {
+          const int64_t g0 = p0 + g * kPanelRows;
+          const int64_t first = std::max(g0, weight_begin), end = std::min({g0 + kPanelRows, weight_end, n_total});
+          if (end > first)
+            pack_panel(kType, weights + (first - weight_begin) * row_bytes, row_bytes, first - g0, end - first, depth,
+                       own_panels + g * one_panel);
+        }
+        panels = own_panels;
       }
-      kTile(w_rows, q, tile_rows, cols, blocks, &results[0][0], kRowItemCols);
-      for (int64_t r = 0; r < tile_rows; ++r) {
-        rows.index(c0 + r0 + r, index);
-        index[last] = n0;
+      kMicro(panels, one_panel, count, q, chunk, blocks, results);
+      const int64_t width = count * kPanelRows;
+      const int64_t j0 = std::max(n_begin, p0), j1 = std::min(n_end, p0 + width);
+      for (int r = 0; r < chunk; ++r) {
+        rows.index(c0 + r, index);
+        index[last] = j0;
         float* o = out.at<float>(index);
-        for (int64_t j = 0; j < cols; ++j) o[j * out_step] = results[r][j];
+        const float* from = results + r * width + (j0 - p0);
+        if (out_step == 1)
+          std::memcpy(o, from, static_cast<size_t>(j1 - j0) * sizeof(float));
+        else
+          for (int64_t j = 0; j < j1 - j0; ++j) o[j * out_step] = from[j];
       }
     }
   }
@@ -337,12 +558,11 @@ absl::Status linear_q8(const KernelArgs& args) {
 template <DType kType>
 KernelFn kernel_for(Isa isa) {
 #if TESSERA_HAVE_AVX2_PATHS
-  if (isa == Isa::Avx512Vnni)
-    return linear_q8<kType, vnni_path::tile_vnni<kType>, vnni_path::quantize_row_vnni<kType>>;
-  if (isa != Isa::Portable) return linear_q8<kType, avx2_path::tile<kType>, avx2_path::quantize_row>;
+  if (isa == Isa::Avx512Vnni) return linear_q8<kType, vnni_path::micro<kType>, vnni_path::quantize_row>;
+  if (isa != Isa::Portable) return linear_q8<kType, avx2_path::micro<kType>, avx2_path::quantize_row>;
 #endif
   (void)isa;
-  return linear_q8<kType, tile_portable<kType>, quantize_row_portable>;
+  return linear_q8<kType, micro_portable<kType>, quantize_row_portable>;
 }
 
 }  // namespace
@@ -367,7 +587,8 @@ KernelFn kernel(DType dtype, Isa isa) {
 int64_t scratch_bytes(DType dtype, int64_t depth, int64_t rows) {
   const int64_t block = activation_block(dtype);
   if (block == 0 || depth % block != 0) return 0;
-  return scratch_take_bytes<std::byte>(std::min(kChunkRows, rows) * RowLayout(depth, block).row_bytes);
+  return scratch_take_bytes<std::byte>(std::min(kChunkRows, rows) * RowLayout(depth, block).row_bytes) +
+         scratch_take_bytes<uint8_t>(kGroupPanels * panel_bytes(dtype, depth));
 }
 
 }  // namespace tessera::cpu::q8

@@ -1,30 +1,36 @@
 // Linear with integer dot products on quantised activations (the fast path of linear.cc for the
 // block-quantised weight dtypes Q8_0, Q5_0, Q4_1, Q4_K and Q6_K).
 //
-// Each call quantises the x rows it needs, once, into int8 blocks in its scratch: per block of
-// A elements (A = 32 for the 32-element weight blocks, 256 for the K-quants) a float scale
-// d = amax / 127 and q = nearbyint(x * (127 / amax)); plus the integer sum of every 32 q.
-// Then every weight block contributes, per x row, eight exact int32 lanes
-//   L[l] = sum over the block's 32-element groups g of sum_{i < 4} s(e) * w(e) * q(e),
-//   e = 32 g + 4 l + i, s(e) the block's integer sub-scale of e (1 for 32-element blocks),
-// and a float factor dd = d_w * d_x; types with an offset term also two floats mm, mv (Q4_1:
-// m_w and d_x * sum(q); Q4_K: -(dmin_w * d_x) and float(sum_s min_s * sum(q of s))). The float
-// combination is one fixed sequence per output element:
-//   acc[b % 2][l] = fma(float(L[l]), dd, acc[b % 2][l])   for blocks b = 0, 1, ... in order,
-//   macc = fma(mm, mv, macc),
-//   out = hsum(acc[0] + acc[1]) (+ macc),   hsum the fixed order of avx2::hsum.
-// The portable, AVX2 (vpmaddubsw / vpmaddwd) and AVX-512 VNNI (vpdpbusd) paths compute the same
-// integers and the same float operations, so they agree bit for bit, and no box, tile or thread
-// count changes a value. On AVX-512 VNNI a single x row (decode) of Q8_0, Q5_0 or Q4_1 weights
-// runs a 512-bit body holding blocks b and b + 1 (acc[0] and acc[1]) in one register
-// (linear_q8_row512.inc): the same values with about half the instructions. The results differ
-// from the f32-activation path (the activations are rounded to 8 bits), so the path is opt-in:
-// TESSERA_LINEAR=int8 in the environment (see linear_int8_activations in cpu_kernels.h).
-// Precision: on real inputs each linear's outputs equal the scheme evaluated exactly to ~1e-7
-// (relative RMS) and differ from f32 activations by ~0.4-1% (V projections up to ~2.7%), as
-// llama.cpp's q8_0/q8_1 activations do; through 30 layers SmolLM2-135M's logits move by ~0.8,
-// mostly a common shift, which flips its near-ties (its chat answer to "What is the capital of
-// France?" has a top-2 gap of 0.08 and starts with "L'" here and in llama.cpp alike).
+// Activations. Each call quantises the x rows it needs, once, into int8 blocks in its scratch:
+// per block of A elements (A = 32 for the 32-element weight blocks, 256 for the K-quants) a
+// float scale d = amax / 127 and q = nearbyint(x * (127 / amax)); plus the integer sums of every
+// 16 and every 32 q, and each 32-sum times its block's d (the offset term of Q4_1).
+//
+// Weights. The kernel reads weights repacked into panels of 16 rows (pack_panel): per weight
+// block, the 16 rows' scales side by side and their integer values interleaved so that 64 bytes
+// hold 4 consecutive elements of each of the 16 rows, one int32 lane per row (the operand of one
+// vpdpbusd against 4 broadcast activations). The cpu backend packs a constant weight once, into
+// huge-page memory (KernelNode::prepared); without it the kernel packs each panel it needs into
+// its scratch, which gives the same bits.
+//
+// Arithmetic. Per output element (x row, weight row) and weight block b in order, an exact
+// integer S_b (the block's integer weights times the q, with the K-quants' integer sub-scales):
+//   S_b = sum_k w_k q_k                                  Q8_0 (w signed), Q5_0 (w - 16), Q4_1 (w)
+//   S_b = sum_s sc_s sum_{k in s} w_k q_k                Q4_K (32-element s), Q6_K (16, w - 32)
+// then one float sequence:
+//   acc = fma(float(S_b), d_w(b) * d_x(b), acc)
+//   Q4_1: macc = fma(m_w(b), d_x(b) * sum(q in b), macc)
+//   Q4_K: macc = fma(-(dmin_w(b) * d_x(b)), float(sum_s min_s * sum(q in s)), macc)
+//   out = acc (+ macc)
+// The portable, AVX2 and AVX-512 VNNI paths compute the same integers and the same float
+// operations, so they agree bit for bit, and no box, tile, panel or thread count changes a value.
+// The results differ from the f32-activation path (the activations are rounded to 8 bits), so
+// the path is opt-in: TESSERA_LINEAR=int8 in the environment (see linear_int8_activations in
+// cpu_kernels.h). Precision: on real inputs each linear's outputs equal the scheme evaluated
+// exactly to ~1e-7 (relative RMS) and differ from f32 activations by ~0.4-1% (V projections up to
+// ~2.7%), as llama.cpp's q8_0/q8_1 activations do; through 30 layers SmolLM2-135M's logits move
+// by ~0.8, mostly a common shift, which flips its near-ties (its chat answer to "What is the
+// capital of France?" has a top-2 gap of 0.08 and starts with "L'" here and in llama.cpp alike).
 #pragma once
 
 #include <cstddef>
@@ -43,31 +49,72 @@ int64_t activation_block(DType dtype);
 struct RowLayout {
   RowLayout(int64_t depth, int64_t block);
   int64_t depth = 0, block = 0;
-  int64_t d_offset = 0, sums_offset = 0, scaled_sums_offset = 0;
-  int64_t pair_scales_offset = 0, pair_offsets_offset = 0, row_bytes = 0;
+  int64_t d_offset = 0, sums_offset = 0, sums16_offset = 0, scaled_sums_offset = 0, row_bytes = 0;
 };
 
-// A quantised activation row: q[K], d[K / block], sums[K / 32] and scaled_sums[K / 32] (each
-// sum times its block's d, the offset term of Q4_1). The one-row AVX-512 VNNI body also reads
-// pair_scales (8 copies of each d, padded to an even block count) and pair_offsets (8 int32 per
-// 32 elements; see linear_q8_row512.inc), which only its own quantisation fills.
+// A quantised activation row: q[K] (padded to 64 bytes), d[K / block], sums[K / 32],
+// sums16[K / 16] and scaled_sums[K / 32] (each 32-sum times its block's d).
 struct QRow {
   const int8_t* q;
   const float* d;
   const int32_t* sums;
+  const int32_t* sums16;
   const float* scaled_sums;
-  const float* pair_scales;
-  const int32_t* pair_offsets;
 };
 
 inline QRow qrow(const std::byte* base, const RowLayout& layout) {
   return QRow{reinterpret_cast<const int8_t*>(base),
               reinterpret_cast<const float*>(base + layout.d_offset),
               reinterpret_cast<const int32_t*>(base + layout.sums_offset),
-              reinterpret_cast<const float*>(base + layout.scaled_sums_offset),
-              reinterpret_cast<const float*>(base + layout.pair_scales_offset),
-              reinterpret_cast<const int32_t*>(base + layout.pair_offsets_offset)};
+              reinterpret_cast<const int32_t*>(base + layout.sums16_offset),
+              reinterpret_cast<const float*>(base + layout.scaled_sums_offset)};
 }
+
+// Weight panels. A panel holds 16 rows: first the scale parts of its blocks, in block order,
+// padded to 64 bytes, then their integer parts (so every 64-byte integer vector is aligned, and
+// a stream through consecutive panels meets each panel's scales just before its integers).
+// Integer part of one block (byte 4r + i of a 64-byte vector belongs to row r):
+//   Q8_0 512: vector t: w(element 4t + i) + 128
+//   Q5_0 320: 4 nibble vectors | 8 x 8 bytes: bit 4r + i of part t = bit 4 of element 4t + i
+//   Q4_1 256: 4 nibble vectors
+//   Q4_K 2048: 32 nibble vectors
+//   Q6_K 3072: 32 nibble vectors (low 4 bits) | 16 vectors of the high 2 bits (vector h, byte
+//        4r + i, bits 2m, 2m + 1: element 16h + 4m + i)
+// Nibble vector c: element 8c + i in the low nibble, 8c + 4 + i in the high one.
+// Scale part: Q8_0, Q5_0 32: d[16] f16 | Q4_1 64: d[16] m[16] | Q4_K 320: d[16] dmin[16]
+//   scale[8][16] u8 min[8][16] u8 | Q6_K 288: d[16] scale[16][16] i8.
+// Rows past the matrix are zero.
+constexpr int64_t kPanelRows = 16;
+constexpr int64_t panel_int_bytes(DType dtype) {
+  switch (dtype) {
+    case DType::Q8_0: return 512;
+    case DType::Q5_0: return 320;
+    case DType::Q4_1: return 256;
+    case DType::Q4_K: return 2048;
+    case DType::Q6_K: return 3072;
+    default: return 0;
+  }
+}
+constexpr int64_t panel_scale_bytes(DType dtype) {
+  switch (dtype) {
+    case DType::Q8_0: return 32;
+    case DType::Q5_0: return 32;
+    case DType::Q4_1: return 64;
+    case DType::Q4_K: return 320;
+    case DType::Q6_K: return 288;
+    default: return 0;
+  }
+}
+// Bytes of one panel of K elements (0 when the dtype has no panels).
+int64_t panel_bytes(DType dtype, int64_t k);
+// Bytes of the panels of an N x K matrix.
+int64_t packed_bytes(DType dtype, int64_t n, int64_t k);
+// Packs `count` GGUF rows of K elements, `row_bytes` apart from `rows`, into lanes
+// [first_lane, first_lane + count) of one panel whose bytes start zeroed (other lanes untouched).
+void pack_panel(DType dtype, const uint8_t* rows, int64_t row_bytes, int64_t first_lane, int64_t count, int64_t k,
+                uint8_t* panel);
+// Packs the whole N x K matrix (packed_bytes(dtype, n, k) bytes at dst).
+void pack_weight(DType dtype, const uint8_t* w, int64_t n, int64_t k, uint8_t* dst);
 
 // The eight 6-bit scales and mins of a Q4_K block from its 12 scale bytes (layout in
 // kernels/quant.cc).

@@ -195,9 +195,9 @@ TEST_CASE("kernels: linear_q8 gives the same bits for one row and for chunks of 
   }
 }
 
-TEST_CASE("kernels: linear_q8 one-row decode equals the portable path for odd and even block counts") {
-  // One x row takes the AVX-512 VNNI pair body (two blocks per register, an odd last block
-  // alone); 1 to 9 blocks and widths that are not a multiple of its 4 columns.
+TEST_CASE("kernels: linear_q8 one-row decode equals the portable path for any block count and width") {
+  // One x row takes the four-panel body (64 columns); 1 to 9 blocks and widths that are not a
+  // multiple of a panel.
   std::mt19937_64 rng(36);
   for (DType dtype : kCovered) {
     const int64_t block = cpu::q8::activation_block(dtype);
@@ -322,5 +322,34 @@ TEST_CASE("kernels: linear_q8 equals the int8 scheme evaluated exactly, also wit
         if (!(std::fabs(double{got[i]} - want[i]) <= tol[i]))
           FAIL("element ", i, ": int8 path ", got[i], " vs the exact scheme ", want[i], " (bound ", tol[i], ")");
     }
+  }
+}
+
+TEST_CASE("kernels: linear_q8 with the backend's packed weight equals panels packed in the call") {
+  // The cpu backend packs a constant weight once (cpu::prepare_node_data); without it the kernel
+  // packs each panel into its scratch. Both read the same panel bytes: the same bits, for any box.
+  const testing::ScopedEnv int8("TESSERA_LINEAR", "int8");
+  std::mt19937_64 rng(37);
+  for (DType dtype : kCovered) {
+    Case c;
+    build(c, dtype, {5, 2 * cpu::q8::activation_block(dtype)}, 83, rng);  // 83: a partial last panel
+    CAPTURE(std::string(dtype_name(dtype)));
+    for (cpu::Isa isa : all_isas()) {
+      const KernelFn fast = c.kernel(isa);
+      std::shared_ptr<const void> packed = cpu::prepare_node_data(c.f.graph, c.f.node(), fast);
+      REQUIRE(packed != nullptr);
+      CHECK(cpu::prepared_bytes(c.f.graph, c.f.node(), fast) ==
+            cpu::q8::packed_bytes(dtype, 83, 2 * cpu::q8::activation_block(dtype)));
+      for (const Box& box : {Box{{0, 5}, {0, 83}}, Box{{2, 3}, {17, 70}}, Box{{0, 5}, {64, 83}}}) {
+        const std::vector<float> own = c.f.run(fast, box);
+        std::vector<float> result(static_cast<size_t>(box.volume()));
+        TensorView out = dense_view(result.data(), DType::F32, box);
+        KernelCall call{c.f.graph, c.f.node(), c.f.views, out, box};
+        REQUIRE(fast(call.with_prepared(packed.get())).ok());
+        check_equal(result, own, "packed once vs packed in the call");
+      }
+    }
+    // Only the int8 path wants anything prepared.
+    CHECK(cpu::prepare_node_data(c.f.graph, c.f.node(), cpu::linear_kernel_with(c.f.graph, c.f.node(), cpu::Isa::Portable, false)) == nullptr);
   }
 }
