@@ -97,6 +97,10 @@ class Backend {
   // failing op.
   virtual absl::Status run(const PreparedPlan& prepared, std::span<const StepLaunch> launches,
                            std::span<std::byte> scratch) = 0;
+  // True when the backend keeps its own copy of `consumer`'s constant weight (input 1) in the
+  // layout its kernel reads (the cpu backend's int8 linear: packed panels in huge pages), so the
+  // session need not copy that weight into huge-page memory for it. Cheap; called at plan time.
+  virtual bool repacks_weight(const Graph& /*graph*/, const Node& /*consumer*/) const { return false; }
   // Waits until every earlier copy and run is complete; returns the first asynchronous error.
   virtual absl::Status synchronize() = 0;
 

@@ -171,12 +171,14 @@ void GraphSession::run_passes() {
       std::fprintf(stderr, "  %%%d %s %s\n", id, op_display_name(source().node(id)).c_str(),
                    shape_string(source().node(id).shape).c_str());
   }
-  // Hot weights: what matmul and linear stream from memory on every step.
+  // Hot weights: what matmul and linear stream from memory on every step (unless the backend
+  // keeps its own repacked copy for the kernel).
   const Graph& before_cse = source();
   std::vector<uint8_t> hot(static_cast<size_t>(before_cse.size()), 0);
   for (NodeId id = 0; id < before_cse.size(); ++id) {
     const Node& n = before_cse.node(id);
-    if ((n.kind == OpKind::Linear || n.kind == OpKind::Matmul) && before_cse.node(n.inputs[1]).kind == OpKind::Constant)
+    if ((n.kind == OpKind::Linear || n.kind == OpKind::Matmul) && before_cse.node(n.inputs[1]).kind == OpKind::Constant &&
+        !backend_->repacks_weight(before_cse, n))  // a weight the backend repacks is read from its copy
       hot[static_cast<size_t>(n.inputs[1])] = 1;
   }
   int64_t hot_bytes = 0;

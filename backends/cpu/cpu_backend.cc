@@ -25,6 +25,9 @@ class CpuBackend final : public HostBackend {
       if (KernelFn fast = cpu::optimised_kernel(graph, node)) return fast;
     return ref::reference_kernel(node.kind);
   }
+  bool repacks_weight(const Graph& graph, const Node& consumer) const override {
+    return optimised_ && cpu::prepared_bytes(graph, consumer, kernel_for(graph, consumer)) > 0;
+  }
   // Made once per weight and kernel, shared by every plan and session on this backend (the
   // pool's: so by the pool's sessions). An entry is reused only while the weight's owner is
   // alive (its address cannot have been reused); a weight without an owner is prepared per plan.
