@@ -28,9 +28,10 @@
 // the path is opt-in: TESSERA_LINEAR=int8 in the environment (see linear_int8_activations in
 // cpu_kernels.h). Precision: on real inputs each linear's outputs equal the scheme evaluated
 // exactly to ~1e-7 (relative RMS) and differ from f32 activations by ~0.4-1% (V projections up to
-// ~2.7%), as llama.cpp's q8_0/q8_1 activations do; through 30 layers SmolLM2-135M's logits move
-// by ~0.8, mostly a common shift, which flips its near-ties (its chat answer to "What is the
-// capital of France?" has a top-2 gap of 0.08 and starts with "L'" here and in llama.cpp alike).
+// ~2.7%), as llama.cpp's q8_0/q8_1 activations do; through 30 layers SmolLM2-135M's top logits
+// move by up to ~0.7 and Gemma-3-270M's (18 layers, larger activations) by up to ~1.1, mostly a
+// common shift, which flips near-ties (SmolLM2's chat answer to "What is the capital of
+// France?" has a top-2 gap of 0.08 and starts with "L'" here and in llama.cpp alike).
 #pragma once
 
 #include <cstddef>
