@@ -139,8 +139,12 @@ TEST_CASE("llm: Gemma-3 with int8 activations stays within the int8 bound of tra
 }
 
 TEST_CASE("llm: decode computes one row of every non-attention node, bitwise equal to a fresh prefix") {
+  // Both linear paths: f32 activations, and int8 with the weights the cpu backend packs once.
+  for (const char* mode : {"f32", "int8"})
   for (const ModelCase& m : {kSmol, kGemma}) {
     if (!have(m)) continue;
+    const ScopedEnv linear_mode("TESSERA_LINEAR", mode);
+    CAPTURE(mode);
     CAPTURE(m.file);
     auto model = LlmModel::load(model_path(m), 64);
     const Graph& g = model->graph();

@@ -5,6 +5,7 @@
 
 #include "loaders/llm.h"
 #include "tests/llm/model_cases.h"
+#include "tests/support/scoped_env.h"
 #include "tests/support/conv_net.h"
 
 using namespace tessera;
@@ -63,8 +64,11 @@ TEST_CASE("llm: both real models and a conv net share one pool and its budget, r
 }
 
 TEST_CASE("llm: both real models decode bit for bit the same with 1, 2 and 3 threads") {
+  for (const char* mode : {"f32", "int8"})  // both linear paths (int8: packed weights)
   for (const ModelCase& m : {kSmol, kGemma}) {
     if (!have(m)) continue;
+    const testing::ScopedEnv linear_mode("TESSERA_LINEAR", mode);
+    CAPTURE(mode);
     CAPTURE(m.file);
     auto model = LlmModel::load(model_path(m), 48);
     const int64_t vocab = model->config().vocab;
