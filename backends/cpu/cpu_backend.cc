@@ -2,6 +2,7 @@
 // and "reference" (the scalar oracle only).
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -28,35 +29,71 @@ class CpuBackend final : public HostBackend {
   bool repacks_weight(const Graph& graph, const Node& consumer) const override {
     return optimised_ && cpu::prepared_bytes(graph, consumer, kernel_for(graph, consumer)) > 0;
   }
-  // Made once per weight and kernel, shared by every plan and session on this backend (the
-  // pool's: so by the pool's sessions). An entry is reused only while the weight's owner is
-  // alive (its address cannot have been reused); a weight without an owner is prepared per plan.
+  // Made once per weight and kernel and shared by every plan and session on this backend (the
+  // pool's: so by the pool's sessions) and by every other cpu backend of the process that asks
+  // for it while one holds it (a pool's 1- and 2-thread backends, pools over one mapped model).
+  // An entry is reused only while the weight's owner is alive (its address cannot have been
+  // reused); a weight without an owner is prepared per plan.
   const void* prepare_node(const Graph& graph, const Node& node, KernelFn kernel) override {
     if (!optimised_ || cpu::prepared_bytes(graph, node, kernel) == 0) return nullptr;
     const ConstantData& weight = graph.constant_data(graph.node(node.inputs[1]).constant);
-    const auto key = std::make_pair(reinterpret_cast<uintptr_t>(weight.data), reinterpret_cast<uintptr_t>(kernel));
+    const Key key{reinterpret_cast<uintptr_t>(weight.data), reinterpret_cast<uintptr_t>(kernel)};
     if (weight.owner != nullptr) {
       auto it = prepared_.find(key);
       if (it != prepared_.end() && it->second.owner.lock() == weight.owner) return it->second.data.get();
+      if (std::shared_ptr<const void> data = shared_prepared().find(key, weight.owner)) {
+        const void* result = data.get();
+        prepared_[key] = Prepared{weight.owner, std::move(data)};
+        return result;
+      }
     }
     std::shared_ptr<const void> data = cpu::prepare_node_data(graph, node, kernel);
     if (data == nullptr) return nullptr;
     stats_.prepared_bytes += cpu::prepared_bytes(graph, node, kernel);
     const void* result = data.get();
-    if (weight.owner != nullptr)
+    if (weight.owner != nullptr) {
+      shared_prepared().add(key, weight.owner, data);
       prepared_[key] = Prepared{weight.owner, std::move(data)};
-    else
+    } else {
       unshared_.push_back(std::move(data));
+    }
     return result;
   }
 
  private:
+  using Key = std::pair<uintptr_t, uintptr_t>;  // the weight's address, the kernel
   struct Prepared {
     std::weak_ptr<const void> owner;
     std::shared_ptr<const void> data;
   };
+  // The process's prepared data, held weakly: it lives while a backend holds it.
+  class SharedPrepared {
+   public:
+    std::shared_ptr<const void> find(const Key& key, const std::shared_ptr<const void>& owner) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = entries_.find(key);
+      if (it == entries_.end() || it->second.owner.lock() != owner) return nullptr;
+      return it->second.data.lock();
+    }
+    void add(const Key& key, const std::shared_ptr<const void>& owner, const std::shared_ptr<const void>& data) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      absl::erase_if(entries_, [](const auto& entry) { return entry.second.data.expired(); });
+      entries_[key] = Entry{owner, data};
+    }
+
+   private:
+    struct Entry {
+      std::weak_ptr<const void> owner, data;
+    };
+    std::mutex mutex_;
+    absl::flat_hash_map<Key, Entry> entries_;
+  };
+  static SharedPrepared& shared_prepared() {
+    static SharedPrepared* shared = new SharedPrepared;  // never destroyed: backends may outlive statics
+    return *shared;
+  }
   bool optimised_;
-  absl::flat_hash_map<std::pair<uintptr_t, uintptr_t>, Prepared> prepared_;
+  absl::flat_hash_map<Key, Prepared> prepared_;
   std::vector<std::shared_ptr<const void>> unshared_;
 };
 

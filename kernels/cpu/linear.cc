@@ -20,6 +20,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <vector>
 
 #include "kernels/cpu/box_rows.h"
@@ -367,20 +369,48 @@ int64_t prepared_bytes(const Graph& graph, const Node& node, KernelFn kernel) {
   return w == nullptr ? 0 : q8::packed_bytes(w->dtype, w->shape[0], w->shape[1]);
 }
 
+namespace {
+
+// `bytes` of transparent-huge-page memory (decode streams a packed matrix once per token:
+// DESIGN.md section 5), 64-byte aligned, bump-allocated from shared chunks of at least 64 MiB
+// so that small matrices do not each round up to a 2 MiB page. A chunk is freed when nothing
+// allocated from it is held any more. nullptr when out of memory.
+std::shared_ptr<void> huge_page_bytes(int64_t bytes) {
+  constexpr size_t kHugePage = size_t{2} << 20, kChunk = size_t{64} << 20;
+  struct Chunk {
+    std::byte* data = nullptr;
+    size_t size = 0, used = 0;
+    ~Chunk() { std::free(data); }
+  };
+  static std::mutex mutex;
+  static std::shared_ptr<Chunk>* current = new std::shared_ptr<Chunk>;  // never destroyed
+  const size_t need = (static_cast<size_t>(bytes) + 63) / 64 * 64;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (*current == nullptr || (*current)->used + need > (*current)->size) {
+    auto chunk = std::make_shared<Chunk>();
+    chunk->size = std::max(kChunk, (need + kHugePage - 1) / kHugePage * kHugePage);
+    chunk->data = static_cast<std::byte*>(std::aligned_alloc(kHugePage, chunk->size));
+    if (chunk->data == nullptr) return nullptr;
+    madvise(chunk->data, chunk->size, MADV_HUGEPAGE);
+    *current = std::move(chunk);
+  }
+  void* at = (*current)->data + (*current)->used;
+  (*current)->used += need;
+  return std::shared_ptr<void>(*current, at);  // keeps the chunk alive
+}
+
+}  // namespace
+
 std::shared_ptr<const void> prepare_node_data(const Graph& graph, const Node& node, KernelFn kernel) {
   const Node* w = packable_weight(graph, node, kernel);
   if (w == nullptr) return nullptr;
   const int64_t bytes = q8::packed_bytes(w->dtype, w->shape[0], w->shape[1]);
   if (bytes <= 0) return nullptr;
-  // Huge pages: decode streams the whole matrix once per token (DESIGN.md section 5).
-  constexpr size_t kHugePage = size_t{2} << 20;
-  const size_t size = (static_cast<size_t>(bytes) + kHugePage - 1) / kHugePage * kHugePage;
-  void* memory = std::aligned_alloc(kHugePage, size);
+  std::shared_ptr<void> memory = huge_page_bytes(bytes);
   if (memory == nullptr) return nullptr;  // the kernel packs panels itself
-  madvise(memory, size, MADV_HUGEPAGE);
   q8::pack_weight(w->dtype, static_cast<const uint8_t*>(graph.constant_data(w->constant).data), w->shape[0],
-                  w->shape[1], static_cast<uint8_t*>(memory));
-  return std::shared_ptr<const void>(memory, [](const void* p) { std::free(const_cast<void*>(p)); });
+                  w->shape[1], static_cast<uint8_t*>(memory.get()));
+  return memory;
 }
 
 KernelFn linear_kernel(const Graph& graph, const Node& node, Isa isa) {

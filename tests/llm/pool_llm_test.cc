@@ -87,5 +87,11 @@ TEST_CASE("llm: both real models decode bit for bit the same with 1, 2 and 3 thr
       const int32_t next = argmax(first);
       for (auto& s : sessions) s->write("ids", Box{{t, t + 1}}, std::vector<int32_t>{next});
     }
+    // One packed copy of the weights for the three backends (one per thread count).
+    if (std::string(mode) == "int8") {
+      CHECK(sessions[0]->backend().stats().prepared_bytes > 0);
+      CHECK(sessions[1]->backend().stats().prepared_bytes == 0);
+      CHECK(sessions[2]->backend().stats().prepared_bytes == 0);
+    }
   }
 }
