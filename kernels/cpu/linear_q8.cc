@@ -1,6 +1,7 @@
-// The integer linear path (linear_q8.h): activation quantisation, the portable block sums, the
-// 256-bit SIMD bodies (linear_q8_simd.inc, compiled for AVX2 and for AVX-512 VNNI) and the
-// driver that quantises x rows in chunks and walks output tiles.
+// The integer linear path (linear_q8.h): activation quantisation, packing GGUF rows into 16-row
+// panels, the portable panel kernel, the SIMD panel kernels (linear_q8_simd.inc over 16 lanes:
+// two 256-bit halves on AVX2, one 512-bit register on AVX-512 VNNI) and the driver that
+// quantises x rows in chunks of 64 and walks groups of 4 panels.
 #include "kernels/cpu/linear_q8.h"
 
 #include <algorithm>
