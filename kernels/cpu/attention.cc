@@ -130,11 +130,69 @@ void weighted_sum_avx2(const AttentionRow& r, int64_t j0, int64_t columns, float
   for (int64_t j = 0; j < columns; ++j) r.out[(j0 + j) * r.out_step] = result[j];
 }
 
-void row_avx2(const AttentionRow& r) {
+// Dot products of kHeads query rows that share their keys with kCount keys, each key loaded
+// once for all heads. Every (head, key) is the 8-lane chain over D and the horizontal sum of
+// dots_avx2, so the scores are the same bits.
+template <int kHeads, int kCount>
+void group_dots_avx2(const AttentionRow* rows, int64_t i0, float* const* out) {
+  const float* k = rows[0].k + i0 * rows[0].k_stride;
+  const int64_t k_stride = rows[0].k_stride, dim = rows[0].dim;
+  __m256 acc[kHeads][kCount];
+#pragma GCC unroll 4
+  for (int h = 0; h < kHeads; ++h)
+#pragma GCC unroll 4
+    for (int i = 0; i < kCount; ++i) acc[h][i] = _mm256_setzero_ps();
+  int64_t d = 0;
+  for (; d + 8 <= dim; d += 8) {
+    __m256 kv[kCount];
+#pragma GCC unroll 4
+    for (int i = 0; i < kCount; ++i) kv[i] = _mm256_loadu_ps(k + i * k_stride + d);
+#pragma GCC unroll 4
+    for (int h = 0; h < kHeads; ++h) {
+      const __m256 qv = _mm256_loadu_ps(rows[h].q + d);
+#pragma GCC unroll 4
+      for (int i = 0; i < kCount; ++i) acc[h][i] = _mm256_fmadd_ps(qv, kv[i], acc[h][i]);
+    }
+  }
+  if (d < dim) {
+    const __m256i mask = avx2::tail_mask(dim - d);
+    __m256 kv[kCount];
+#pragma GCC unroll 4
+    for (int i = 0; i < kCount; ++i) kv[i] = _mm256_maskload_ps(k + i * k_stride + d, mask);
+#pragma GCC unroll 4
+    for (int h = 0; h < kHeads; ++h) {
+      const __m256 qv = _mm256_maskload_ps(rows[h].q + d, mask);
+#pragma GCC unroll 4
+      for (int i = 0; i < kCount; ++i) acc[h][i] = _mm256_fmadd_ps(qv, kv[i], acc[h][i]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int h = 0; h < kHeads; ++h)
+#pragma GCC unroll 4
+    for (int i = 0; i < kCount; ++i) out[h][i0 + i] = avx2::hsum(acc[h][i]);
+}
+
+// Raw scores (before scale) of kHeads rows sharing keys, into each row's scores.
+template <int kHeads>
+void group_scores_avx2(const AttentionRow* rows) {
+  constexpr int kCount = kHeads == 2 ? 4 : 3;  // accumulators + keys + q within 16 registers
+  float* out[kHeads];
+  for (int h = 0; h < kHeads; ++h) out[h] = rows[h].scores;
+  int64_t i = 0;
+  for (; i + kCount <= rows[0].keys; i += kCount) group_dots_avx2<kHeads, kCount>(rows, i, out);
+  for (; i < rows[0].keys; ++i) group_dots_avx2<kHeads, 1>(rows, i, out);
+}
+
+void raw_scores_avx2(const AttentionRow& r) {
   int64_t i = 0;
   for (; i + 8 <= r.keys; i += 8)
     dots_avx2<8>(r.q, r.k + i * r.k_stride, r.k_stride, r.dim, r.scores + i);
   for (; i < r.keys; ++i) dots_avx2<1>(r.q, r.k + i * r.k_stride, r.k_stride, r.dim, r.scores + i);
+}
+
+// Everything after the raw scores: scale and softcap, softmax, the weighted sum of V.
+void finish_avx2(const AttentionRow& r) {
+  int64_t i = 0;
   float max = -std::numeric_limits<float>::infinity();
   for (i = 0; i < r.keys; ++i) {
     r.scores[i] = capped(r.scores[i] * r.scale, r.softcap);
@@ -183,12 +241,39 @@ void row_avx2(const AttentionRow& r) {
   }
 }
 
+void row_avx2(const AttentionRow& r) {
+  raw_scores_avx2(r);
+  finish_avx2(r);
+}
+
+// `count` rows that share their keys (GQA heads of one query position): the dot products load
+// each key once for all of them; each row's values are row_avx2's.
+void rows_avx2(const AttentionRow* rows, int count) {
+  switch (count) {
+    case 2:
+      group_scores_avx2<2>(rows);
+      break;
+    case 3:
+      group_scores_avx2<3>(rows);
+      break;
+    case 4:
+      group_scores_avx2<4>(rows);
+      break;
+    default:
+      for (int h = 0; h < count; ++h) raw_scores_avx2(rows[h]);
+      break;
+  }
+  for (int h = 0; h < count; ++h) finish_avx2(rows[h]);
+}
+
 TESSERA_AVX2_END
 #endif  // TESSERA_HAVE_AVX2_PATHS
 
 // ---- driver -----------------------------------------------------------------------------------
 
 using RowFn = void (*)(const AttentionRow&);
+using GroupFn = void (*)(const AttentionRow* rows, int count);  // rows sharing their keys
+constexpr int kMaxGroup = 4;  // rows computed together (each has its own scores)
 
 struct AttentionJob {
   const KernelArgs* args = nullptr;
@@ -199,6 +284,8 @@ struct AttentionJob {
   bool causal = true;
   float scale = 1, softcap = 0;
   RowFn row_fn = nullptr;
+  GroupFn group_fn = nullptr;  // nullptr: one row at a time
+  int64_t scores_stride = 0;   // floats between the scores of grouped rows
 };
 
 // Copies `count` rows of `columns` elements starting at `first` (view strides) into dense rows.
@@ -218,7 +305,8 @@ void run_rows(const AttentionJob& job, int64_t begin, int64_t end) {
   const bool contiguous = q.strides[col] == 1 && k.strides[col] == 1 && v.strides[col] == 1;
   float* const scratch = job.scratch;
   int64_t index[kMaxRank];
-  for (int64_t r = begin; r < end; ++r) {
+  // Row r's inputs, its scores at `scores` (copies of strided inputs after them).
+  auto make_row = [&](int64_t r, float* scores) {
     job.rows->index(r, index);
     const int64_t t = index[row], h = index[head];
     const int64_t first =
@@ -232,7 +320,7 @@ void run_rows(const AttentionJob& job, int64_t begin, int64_t end) {
     a.softcap = job.softcap;
     a.out = args.out.at<float>(index);
     a.out_step = args.out.strides[col];
-    a.scores = scratch;
+    a.scores = scores;
     index[col] = 0;
     int64_t kv_index[kMaxRank];
     std::copy(index, index + job.rank, kv_index);
@@ -246,7 +334,7 @@ void run_rows(const AttentionJob& job, int64_t begin, int64_t end) {
       a.v = v.at<const float>(kv_index);
       a.v_stride = v.strides[row];
     } else {
-      float* q_copy = scratch + a.keys + 8;
+      float* q_copy = scores + a.keys + 8;
       float* k_copy = q_copy + job.dim;
       float* v_copy = k_copy + job.dim * a.keys;
       copy_rows(q, index, row, 1, job.dim, q_copy);
@@ -259,11 +347,28 @@ void run_rows(const AttentionJob& job, int64_t begin, int64_t end) {
       a.v = v_copy;
       a.v_stride = columns;
     }
-    job.row_fn(a);
+    return a;
+  };
+  AttentionRow group[kMaxGroup];
+  for (int64_t r = begin; r < end;) {
+    group[0] = make_row(r, scratch);
+    int count = 1;
+    // Following rows reading the same keys and values (GQA heads of this position) join it.
+    if (contiguous && job.group_fn != nullptr)
+      while (count < kMaxGroup && r + count < end) {
+        const AttentionRow next = make_row(r + count, scratch + count * job.scores_stride);
+        if (next.k != group[0].k || next.v != group[0].v || next.keys != group[0].keys) break;
+        group[count++] = next;
+      }
+    if (count > 1)
+      job.group_fn(group, count);
+    else
+      job.row_fn(group[0]);
+    r += count;
   }
 }
 
-template <RowFn kRow>
+template <RowFn kRow, GroupFn kGroup>
 absl::Status attention_f32(const KernelArgs& args) {
   if (args.box.empty()) return absl::OkStatus();
   const Shape& q_shape = args.inputs[0].shape;
@@ -281,6 +386,7 @@ absl::Status attention_f32(const KernelArgs& args) {
   job.scale = static_cast<float>(a.scale);
   job.softcap = static_cast<float>(a.softcap);
   job.row_fn = kRow;
+  job.group_fn = kGroup;
   const BoxRows rows(args.box);
   job.rows = &rows;
   // The longest row in the box bounds every row's scores (and copies).
@@ -288,8 +394,11 @@ absl::Status attention_f32(const KernelArgs& args) {
       job.causal ? std::min(args.box.end(row), job.window > 0 ? job.window : job.keys) : job.keys;
   const bool contiguous = args.inputs[0].strides[col] == 1 && args.inputs[1].strides[col] == 1 &&
                           args.inputs[2].strides[col] == 1;
+  // Contiguous rows may be grouped: a scores array per row of a group.
+  job.scores_stride = (longest + 8 + 15) / 16 * 16;
   job.scratch = ScratchCarver(args.scratch)
-                    .take<float>(longest + 8 + (contiguous ? 0 : job.dim * (longest + 1) + args.box.extent(col) * longest));
+                    .take<float>(contiguous ? kMaxGroup * job.scores_stride
+                                            : longest + 8 + job.dim * (longest + 1) + args.box.extent(col) * longest);
   if (job.scratch == nullptr) return absl::InternalError("[attention] kernel scratch too small");
   run_rows(job, 0, rows.count());
   return absl::OkStatus();
@@ -304,17 +413,18 @@ int64_t attention_scratch_bytes(const Graph& graph, const Node& node, bool dense
   const Shape& v = graph.node(node.inputs[2]).shape;
   if (q.size() < 3 || k.size() < 3 || v.size() < 3) return 0;
   const int64_t keys = k[k.size() - 3], dim = q.back(), columns = v.back();
-  return scratch_take_bytes<float>(keys + 8 + (dense_views ? 0 : dim * (keys + 1) + columns * keys));
+  return scratch_take_bytes<float>(
+      std::max(kMaxGroup * ((keys + 8 + 15) / 16 * 16), keys + 8 + (dense_views ? 0 : dim * (keys + 1) + columns * keys)));
 }
 
 KernelFn attention_kernel(const Graph& graph, const Node& node, Isa isa) {
   for (NodeId in : node.inputs)
     if (graph.node(in).dtype != DType::F32) return nullptr;
 #if TESSERA_HAVE_AVX2_PATHS
-  if (isa != Isa::Portable) return attention_f32<row_avx2>;
+  if (isa != Isa::Portable) return attention_f32<row_avx2, rows_avx2>;
 #endif
   (void)isa;
-  return attention_f32<row_portable>;
+  return attention_f32<row_portable, nullptr>;
 }
 
 }  // namespace tessera::cpu
