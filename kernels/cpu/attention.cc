@@ -42,6 +42,8 @@ struct AttentionRow {
   float* scores = nullptr;  // `keys` floats (+ 8 of padding)
 };
 
+constexpr int kMaxGroup = 4;  // rows sharing keys computed together (each has its own scores)
+
 float capped(float x, float softcap) {
   return softcap > 0 ? softcap * std::tanh(x / softcap) : x;
 }
@@ -190,8 +192,8 @@ void raw_scores_avx2(const AttentionRow& r) {
   for (; i < r.keys; ++i) dots_avx2<1>(r.q, r.k + i * r.k_stride, r.k_stride, r.dim, r.scores + i);
 }
 
-// Everything after the raw scores: scale and softcap, softmax, the weighted sum of V.
-void finish_avx2(const AttentionRow& r) {
+// After the raw scores: scale and softcap, p = exp(score - max) in place; returns sum(p).
+float softmax_avx2(const AttentionRow& r) {
   int64_t i = 0;
   float max = -std::numeric_limits<float>::infinity();
   for (i = 0; i < r.keys; ++i) {
@@ -208,7 +210,11 @@ void finish_avx2(const AttentionRow& r) {
     _mm256_maskstore_ps(r.scores + i, mask, p);
     lanes = _mm256_add_ps(lanes, _mm256_and_ps(p, _mm256_castsi256_ps(mask)));
   }
-  const float sum = avx2::hsum(lanes);
+  return avx2::hsum(lanes);
+}
+
+// out = (sum_s p_s v_s) / sum for one row.
+void weighted_avx2(const AttentionRow& r, float sum) {
   // Columns in chunks of 64 (8 accumulators); each column's chain is independent of the chunk.
   for (int64_t j0 = 0; j0 < r.columns; j0 += 64) {
     const int64_t columns = std::min<int64_t>(64, r.columns - j0);
@@ -243,7 +249,41 @@ void finish_avx2(const AttentionRow& r) {
 
 void row_avx2(const AttentionRow& r) {
   raw_scores_avx2(r);
-  finish_avx2(r);
+  weighted_avx2(r, softmax_avx2(r));
+}
+
+// out of kHeads rows sharing their values, 16 columns at a time: each V vector is loaded once
+// for all heads; every column's chain is weighted_sum_avx2's (fma over the keys in order, then
+// one division), so the same bits.
+template <int kHeads>
+void group_weighted_avx2(const AttentionRow* rows, const float* sums) {
+  const AttentionRow& r0 = rows[0];
+  for (int64_t j0 = 0; j0 < r0.columns; j0 += 16) {
+    const int64_t columns = std::min<int64_t>(16, r0.columns - j0);
+    const __m256i mask0 = avx2::tail_mask(std::min<int64_t>(8, columns));
+    const __m256i mask1 = avx2::tail_mask(std::max<int64_t>(0, columns - 8));
+    __m256 acc[kHeads][2];
+#pragma GCC unroll 4
+    for (int h = 0; h < kHeads; ++h) acc[h][0] = acc[h][1] = _mm256_setzero_ps();
+    const float* v = r0.v + j0;
+    for (int64_t i = 0; i < r0.keys; ++i, v += r0.v_stride) {
+      const __m256 v0 = _mm256_maskload_ps(v, mask0), v1 = _mm256_maskload_ps(v + 8, mask1);
+#pragma GCC unroll 4
+      for (int h = 0; h < kHeads; ++h) {
+        const __m256 p = _mm256_set1_ps(rows[h].scores[i]);
+        acc[h][0] = _mm256_fmadd_ps(p, v0, acc[h][0]);
+        acc[h][1] = _mm256_fmadd_ps(p, v1, acc[h][1]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int h = 0; h < kHeads; ++h) {
+      alignas(32) float result[16];
+      const __m256 denominator = _mm256_set1_ps(sums[h]);
+      _mm256_store_ps(result, _mm256_div_ps(acc[h][0], denominator));
+      _mm256_store_ps(result + 8, _mm256_div_ps(acc[h][1], denominator));
+      for (int64_t j = 0; j < columns; ++j) rows[h].out[(j0 + j) * rows[h].out_step] = result[j];
+    }
+  }
 }
 
 // `count` rows that share their keys (GQA heads of one query position): the dot products load
@@ -263,7 +303,18 @@ void rows_avx2(const AttentionRow* rows, int count) {
       for (int h = 0; h < count; ++h) raw_scores_avx2(rows[h]);
       break;
   }
-  for (int h = 0; h < count; ++h) finish_avx2(rows[h]);
+  float sums[kMaxGroup];
+  for (int h = 0; h < count; ++h) sums[h] = softmax_avx2(rows[h]);
+  switch (count) {
+    case 2:
+      return group_weighted_avx2<2>(rows, sums);
+    case 3:
+      return group_weighted_avx2<3>(rows, sums);
+    case 4:
+      return group_weighted_avx2<4>(rows, sums);
+    default:
+      for (int h = 0; h < count; ++h) weighted_avx2(rows[h], sums[h]);
+  }
 }
 
 TESSERA_AVX2_END
@@ -273,7 +324,6 @@ TESSERA_AVX2_END
 
 using RowFn = void (*)(const AttentionRow&);
 using GroupFn = void (*)(const AttentionRow* rows, int count);  // rows sharing their keys
-constexpr int kMaxGroup = 4;  // rows computed together (each has its own scores)
 
 struct AttentionJob {
   const KernelArgs* args = nullptr;
