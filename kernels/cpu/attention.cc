@@ -1,13 +1,16 @@
 // Optimised f32 attention (semantics at the definition block, engine/ops_attention.cc): causal
-// or not, sliding window, softcap, GQA. One query row (leading, t, head) at a time; rows are
-// run in order (the backend's team splits the box among its workers).
+// or not, sliding window, softcap, GQA. One query row (leading, t, head) at a time, except that
+// on the AVX2 path consecutive rows reading the same keys and values (the query heads of one
+// K/V head, up to 4) share each K and V load; rows are run in order (the backend's team splits
+// the box among its workers).
 //
 // Exactness (DESIGN.md section 1): a row's softmax depends only on the row: scores of its
 // visible keys in increasing key order (each a dot product with eight float lanes over D and a
 // fixed horizontal sum, scaled in float, softcapped with std::tanh), the max, p = exp(score -
 // max) (one vectorised exp, tails padded), the sum of p with eight lanes from the row's first
 // key, then out[j] = (sum_s fma(p_s, v[s][j])) / sum. Column j's chain is the same whichever
-// columns the box holds, and keys are grouped (for ILP) only across independent dot products.
+// columns the box holds, and keys and rows are grouped (for ILP, and to load K/V once) only
+// across independent dot products and independent column chains.
 // Reads stay inside the needed boxes: the row's visible keys, and only the box's V columns.
 //
 // Scratch (the call's): the scores of the longest row, plus copies of the Q/K/V rows when a view
@@ -181,7 +184,16 @@ void group_scores_avx2(const AttentionRow* rows) {
   float* out[kHeads];
   for (int h = 0; h < kHeads; ++h) out[h] = rows[h].scores;
   int64_t i = 0;
-  for (; i + kCount <= rows[0].keys; i += kCount) group_dots_avx2<kHeads, kCount>(rows, i, out);
+  // Fewer keys are in flight than in dots_avx2<8>: fetch the keys 16 ahead (decode streams K
+  // from memory; a prefetch never faults).
+  const int64_t row_bytes = rows[0].dim * static_cast<int64_t>(sizeof(float));
+  const char* k = reinterpret_cast<const char*>(rows[0].k);
+  const int64_t stride_bytes = rows[0].k_stride * static_cast<int64_t>(sizeof(float));
+  for (; i + kCount <= rows[0].keys; i += kCount) {
+    for (int j = 0; j < kCount; ++j)
+      for (int64_t o = 0; o < row_bytes; o += 64) _mm_prefetch(k + (i + 16 + j) * stride_bytes + o, _MM_HINT_T0);
+    group_dots_avx2<kHeads, kCount>(rows, i, out);
+  }
   for (; i < rows[0].keys; ++i) group_dots_avx2<kHeads, 1>(rows, i, out);
 }
 
@@ -267,6 +279,7 @@ void group_weighted_avx2(const AttentionRow* rows, const float* sums) {
     for (int h = 0; h < kHeads; ++h) acc[h][0] = acc[h][1] = _mm256_setzero_ps();
     const float* v = r0.v + j0;
     for (int64_t i = 0; i < r0.keys; ++i, v += r0.v_stride) {
+      _mm_prefetch(reinterpret_cast<const char*>(v + 16 * r0.v_stride), _MM_HINT_T0);
       const __m256 v0 = _mm256_maskload_ps(v, mask0), v1 = _mm256_maskload_ps(v + 8, mask1);
 #pragma GCC unroll 4
       for (int h = 0; h < kHeads; ++h) {
