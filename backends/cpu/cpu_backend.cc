@@ -35,7 +35,8 @@ class CpuBackend final : public HostBackend {
   // An entry is reused only while the weight's owner is alive (its address cannot have been
   // reused); a weight without an owner is prepared per plan.
   const void* prepare_node(const Graph& graph, const Node& node, KernelFn kernel) override {
-    if (!optimised_ || cpu::prepared_bytes(graph, node, kernel) == 0) return nullptr;
+    const int64_t bytes = optimised_ ? cpu::prepared_bytes(graph, node, kernel) : 0;
+    if (bytes == 0) return nullptr;
     const ConstantData& weight = graph.constant_data(graph.node(node.inputs[1]).constant);
     const Key key{reinterpret_cast<uintptr_t>(weight.data), reinterpret_cast<uintptr_t>(kernel)};
     if (weight.owner != nullptr) {
@@ -49,7 +50,7 @@ class CpuBackend final : public HostBackend {
     }
     std::shared_ptr<const void> data = cpu::prepare_node_data(graph, node, kernel);
     if (data == nullptr) return nullptr;
-    stats_.prepared_bytes += cpu::prepared_bytes(graph, node, kernel);
+    stats_.prepared_bytes += bytes;
     const void* result = data.get();
     if (weight.owner != nullptr) {
       shared_prepared().add(key, weight.owner, data);

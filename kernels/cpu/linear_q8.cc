@@ -209,7 +209,7 @@ void put_block(DType dtype, const Unpacked& u, int r, uint8_t* ints, uint8_t* sc
 int64_t panel_bytes(DType dtype, int64_t k) {
   const int64_t block = dtype_block_size(dtype);
   if (panel_int_bytes(dtype) == 0 || block <= 0 || k % block != 0) return 0;
-  return align64(k / block * panel_scale_bytes(dtype)) + k / block * panel_int_bytes(dtype);
+  return panel_ints_offset(dtype, k / block) + k / block * panel_int_bytes(dtype);
 }
 
 int64_t packed_bytes(DType dtype, int64_t n, int64_t k) {
@@ -224,7 +224,7 @@ void pack_panel(DType dtype, const uint8_t* rows, int64_t row_bytes, int64_t fir
   for (int64_t r = 0; r < count; ++r)
     for (int64_t b = 0; b < blocks; ++b) {
       unpack_block(dtype, rows + r * row_bytes + b * block_bytes, u);
-      put_block(dtype, u, static_cast<int>(first_lane + r), panel + align64(blocks * scale_bytes) + b * int_bytes,
+      put_block(dtype, u, static_cast<int>(first_lane + r), panel + panel_ints_offset(dtype, blocks) + b * int_bytes,
                 panel + b * scale_bytes);
     }
 }
@@ -260,7 +260,7 @@ void micro_portable(const uint8_t* panels, int64_t stride, int count, const QRow
         float acc = 0.0f, macc = 0.0f;
         for (int64_t b = 0; b < blocks; ++b) {
           const uint8_t* scales = panels + g * stride + b * kScale;
-          const uint8_t* ints = panels + g * stride + align64(blocks * kScale) + b * kInt;
+          const uint8_t* ints = panels + g * stride + panel_ints_offset(kType, blocks) + b * kInt;
           int32_t sum = 0, mins = 0;
           if constexpr (kType == DType::Q8_0 || kType == DType::Q5_0 || kType == DType::Q4_1) {
             const int8_t* q = a.q + 32 * b;

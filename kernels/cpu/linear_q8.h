@@ -106,6 +106,10 @@ constexpr int64_t panel_scale_bytes(DType dtype) {
     default: return 0;
   }
 }
+// Offset of the integer parts in a panel of `blocks` blocks (after the scale parts, padded to 64).
+constexpr int64_t panel_ints_offset(DType dtype, int64_t blocks) {
+  return (blocks * panel_scale_bytes(dtype) + 63) / 64 * 64;
+}
 // Bytes of one panel of K elements (0 when the dtype has no panels).
 int64_t panel_bytes(DType dtype, int64_t k);
 // Bytes of the panels of an N x K matrix.
