@@ -1,8 +1,11 @@
 // Optimised f32 attention (semantics at the definition block, engine/ops_attention.cc): causal
-// or not, sliding window, softcap, GQA. One query row (leading, t, head) at a time, except that
-// on the AVX2 path consecutive rows reading the same keys and values (the query heads of one
-// K/V head, up to 4) share each K and V load; rows are run in order (the backend's team splits
-// the box among its workers).
+// or not, sliding window, softcap, GQA. The portable path runs one query row (leading, t, head)
+// at a time. The AVX2 path runs a batch of consecutive rows with the same number of visible
+// keys (the query heads of one position, up to 16) over the keys in blocks of 48: each block's
+// keys (then values) are read once from memory, sequentially, for every row of the batch, and
+// rows reading the same K/V head (up to 4) share each load. Decode streams K and V of every layer
+// from memory, so reading them in order, once, is what sets its speed. Rows are run in order
+// (the backend's team splits the box among its workers).
 //
 // Exactness (DESIGN.md section 1): a row's softmax depends only on the row: scores of its
 // visible keys in increasing key order (each a dot product with eight float lanes over D and a
@@ -10,11 +13,13 @@
 // max) (one vectorised exp, tails padded), the sum of p with eight lanes from the row's first
 // key, then out[j] = (sum_s fma(p_s, v[s][j])) / sum. Column j's chain is the same whichever
 // columns the box holds, and keys and rows are grouped (for ILP, and to load K/V once) only
-// across independent dot products and independent column chains.
+// across independent dot products and independent column chains; a column's partial sum waits
+// in scratch between key blocks as a float, so blocking does not change it either.
 // Reads stay inside the needed boxes: the row's visible keys, and only the box's V columns.
 //
-// Scratch (the call's): the scores of the longest row, plus copies of the Q/K/V rows when a view
-// is not contiguous along its last axis (never for session buffers).
+// Scratch (the call's): the scores of the longest row for each row of a batch and the batch's
+// column sums, or (views not contiguous along their last axis, never session buffers) the
+// scores of one row plus copies of its Q/K/V rows.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -45,7 +50,24 @@ struct AttentionRow {
   float* scores = nullptr;  // `keys` floats (+ 8 of padding)
 };
 
-constexpr int kMaxGroup = 4;  // rows sharing keys computed together (each has its own scores)
+constexpr int kMaxGroup = 4;   // rows sharing K/V whose dot products and sums share each load
+constexpr int kMaxBatch = 16;  // rows with the same keys run over each key block together
+constexpr int64_t kKeyBlock = 48;  // keys per block (a multiple of every group's key count)
+
+// Floats of scratch per row of a batch: its scores, then its column sums.
+int64_t scores_stride(int64_t longest) { return (longest + 8 + 15) / 16 * 16; }
+int64_t sums_stride(int64_t columns) { return (columns + 15) / 16 * 16; }
+
+// Rows run together over each key block: `count` rows with the same number of visible keys, in
+// groups of consecutive rows that share their keys and values (group g is rows [starts[g],
+// starts[g + 1])); each row's column sums (sums_stride floats apart) wait in `sums`.
+struct RowBatch {
+  const AttentionRow* rows = nullptr;
+  int count = 0, groups = 0;
+  int starts[kMaxBatch + 1] = {};
+  float* sums = nullptr;
+  int64_t sums_stride = 0;
+};
 
 float capped(float x, float softcap) {
   return softcap > 0 ? softcap * std::tanh(x / softcap) : x;
@@ -177,24 +199,30 @@ void group_dots_avx2(const AttentionRow* rows, int64_t i0, float* const* out) {
     for (int i = 0; i < kCount; ++i) out[h][i0 + i] = avx2::hsum(acc[h][i]);
 }
 
-// Raw scores (before scale) of kHeads rows sharing keys, into each row's scores.
+// Keys per group_dots_avx2 call for kHeads rows: accumulators, keys and q fit 16 registers.
+// Each divides kKeyBlock.
 template <int kHeads>
-void group_scores_avx2(const AttentionRow* rows) {
-  constexpr int kCount = kHeads == 2 ? 4 : 3;  // accumulators + keys + q within 16 registers
+constexpr int kGroupKeys = kHeads == 1 ? 6 : kHeads == 2 ? 4 : 3;
+
+// Raw scores (before scale) of keys [i0, i1) for kHeads rows sharing their keys, into each row's
+// scores; fetches the same lines of the next key block into L2 meanwhile (a prefetch never
+// faults; into L1 it would evict the block in use).
+template <int kHeads>
+void group_scores_avx2(const AttentionRow* rows, int64_t i0, int64_t i1) {
+  constexpr int kCount = kGroupKeys<kHeads>;
   float* out[kHeads];
   for (int h = 0; h < kHeads; ++h) out[h] = rows[h].scores;
-  int64_t i = 0;
-  // Fewer keys are in flight than in dots_avx2<8>: fetch the keys 16 ahead (decode streams K
-  // from memory; a prefetch never faults).
   const int64_t row_bytes = rows[0].dim * static_cast<int64_t>(sizeof(float));
   const char* k = reinterpret_cast<const char*>(rows[0].k);
   const int64_t stride_bytes = rows[0].k_stride * static_cast<int64_t>(sizeof(float));
-  for (; i + kCount <= rows[0].keys; i += kCount) {
+  int64_t i = i0;
+  for (; i + kCount <= i1; i += kCount) {
     for (int j = 0; j < kCount; ++j)
-      for (int64_t o = 0; o < row_bytes; o += 64) _mm_prefetch(k + (i + 16 + j) * stride_bytes + o, _MM_HINT_T0);
+      for (int64_t o = 0; o < row_bytes; o += 64)
+        _mm_prefetch(k + (i + kKeyBlock + j) * stride_bytes + o, _MM_HINT_T1);
     group_dots_avx2<kHeads, kCount>(rows, i, out);
   }
-  for (; i < rows[0].keys; ++i) group_dots_avx2<kHeads, 1>(rows, i, out);
+  for (; i < i1; ++i) group_dots_avx2<kHeads, 1>(rows, i, out);
 }
 
 void raw_scores_avx2(const AttentionRow& r) {
@@ -208,7 +236,21 @@ void raw_scores_avx2(const AttentionRow& r) {
 float softmax_avx2(const AttentionRow& r) {
   int64_t i = 0;
   float max = -std::numeric_limits<float>::infinity();
-  for (i = 0; i < r.keys; ++i) {
+  if (r.softcap == 0) {
+    // Scaled in place 8 at a time (the same products); a lane keeps its max as std::max would
+    // (a NaN score never replaces it), and max is exact in any order.
+    const __m256 scale = _mm256_set1_ps(r.scale);
+    __m256 lanes = _mm256_set1_ps(max);
+    for (; i + 8 <= r.keys; i += 8) {
+      const __m256 x = _mm256_mul_ps(_mm256_loadu_ps(r.scores + i), scale);
+      _mm256_storeu_ps(r.scores + i, x);
+      lanes = _mm256_max_ps(x, lanes);
+    }
+    alignas(32) float lane[8];
+    _mm256_store_ps(lane, lanes);
+    for (float x : lane) max = std::max(max, x);
+  }
+  for (; i < r.keys; ++i) {
     r.scores[i] = capped(r.scores[i] * r.scale, r.softcap);
     max = std::max(max, r.scores[i]);
   }
@@ -264,11 +306,12 @@ void row_avx2(const AttentionRow& r) {
   weighted_avx2(r, softmax_avx2(r));
 }
 
-// out of kHeads rows sharing their values, 16 columns at a time: each V vector is loaded once
-// for all heads; every column's chain is weighted_sum_avx2's (fma over the keys in order, then
-// one division), so the same bits.
+// Adds p_i * v_i over keys [i0, i1) to the column sums of kHeads rows sharing their values,
+// 16 columns at a time, each V vector loaded once for all rows; row h's sums are at sums[h]
+// (padded to 16 columns). Every column's chain is weighted_sum_avx2's: fma over the keys in
+// order (the partial sum kept as a float between blocks), so the same bits.
 template <int kHeads>
-void group_weighted_avx2(const AttentionRow* rows, const float* sums) {
+void group_weighted_avx2(const AttentionRow* rows, float* const* sums, int64_t i0, int64_t i1) {
   const AttentionRow& r0 = rows[0];
   for (int64_t j0 = 0; j0 < r0.columns; j0 += 16) {
     const int64_t columns = std::min<int64_t>(16, r0.columns - j0);
@@ -276,10 +319,14 @@ void group_weighted_avx2(const AttentionRow* rows, const float* sums) {
     const __m256i mask1 = avx2::tail_mask(std::max<int64_t>(0, columns - 8));
     __m256 acc[kHeads][2];
 #pragma GCC unroll 4
-    for (int h = 0; h < kHeads; ++h) acc[h][0] = acc[h][1] = _mm256_setzero_ps();
-    const float* v = r0.v + j0;
-    for (int64_t i = 0; i < r0.keys; ++i, v += r0.v_stride) {
-      _mm_prefetch(reinterpret_cast<const char*>(v + 16 * r0.v_stride), _MM_HINT_T0);
+    for (int h = 0; h < kHeads; ++h) {
+      acc[h][0] = _mm256_loadu_ps(sums[h] + j0);
+      acc[h][1] = _mm256_loadu_ps(sums[h] + j0 + 8);
+    }
+    const float* v = r0.v + j0 + i0 * r0.v_stride;
+    for (int64_t i = i0; i < i1; ++i, v += r0.v_stride) {
+      _mm_prefetch(reinterpret_cast<const char*>(v + kKeyBlock * r0.v_stride), _MM_HINT_T1);
+      _mm_prefetch(reinterpret_cast<const char*>(v + kKeyBlock * r0.v_stride + 15), _MM_HINT_T1);
       const __m256 v0 = _mm256_maskload_ps(v, mask0), v1 = _mm256_maskload_ps(v + 8, mask1);
 #pragma GCC unroll 4
       for (int h = 0; h < kHeads; ++h) {
@@ -290,43 +337,60 @@ void group_weighted_avx2(const AttentionRow* rows, const float* sums) {
     }
 #pragma GCC unroll 4
     for (int h = 0; h < kHeads; ++h) {
-      alignas(32) float result[16];
-      const __m256 denominator = _mm256_set1_ps(sums[h]);
-      _mm256_store_ps(result, _mm256_div_ps(acc[h][0], denominator));
-      _mm256_store_ps(result + 8, _mm256_div_ps(acc[h][1], denominator));
-      for (int64_t j = 0; j < columns; ++j) rows[h].out[(j0 + j) * rows[h].out_step] = result[j];
+      _mm256_storeu_ps(sums[h] + j0, acc[h][0]);
+      _mm256_storeu_ps(sums[h] + j0 + 8, acc[h][1]);
     }
   }
 }
 
-// `count` rows that share their keys (GQA heads of one query position): the dot products load
-// each key once for all of them; each row's values are row_avx2's.
-void rows_avx2(const AttentionRow* rows, int count) {
-  switch (count) {
+// One key block [i0, i1) of group g of a batch: its scores, or its values' sums.
+template <int kHeads>
+void group_block_avx2(const RowBatch& b, int g, bool scores, int64_t i0, int64_t i1) {
+  const AttentionRow* rows = b.rows + b.starts[g];
+  if (scores) return group_scores_avx2<kHeads>(rows, i0, i1);
+  float* sums[kHeads];
+  for (int h = 0; h < kHeads; ++h) sums[h] = b.sums + (b.starts[g] + h) * b.sums_stride;
+  group_weighted_avx2<kHeads>(rows, sums, i0, i1);
+}
+
+void block_avx2(const RowBatch& b, int g, bool scores, int64_t i0, int64_t i1) {
+  switch (b.starts[g + 1] - b.starts[g]) {
+    case 1:
+      return group_block_avx2<1>(b, g, scores, i0, i1);
     case 2:
-      group_scores_avx2<2>(rows);
-      break;
+      return group_block_avx2<2>(b, g, scores, i0, i1);
     case 3:
-      group_scores_avx2<3>(rows);
-      break;
-    case 4:
-      group_scores_avx2<4>(rows);
-      break;
+      return group_block_avx2<3>(b, g, scores, i0, i1);
     default:
-      for (int h = 0; h < count; ++h) raw_scores_avx2(rows[h]);
-      break;
+      return group_block_avx2<4>(b, g, scores, i0, i1);
   }
-  float sums[kMaxGroup];
-  for (int h = 0; h < count; ++h) sums[h] = softmax_avx2(rows[h]);
-  switch (count) {
-    case 2:
-      return group_weighted_avx2<2>(rows, sums);
-    case 3:
-      return group_weighted_avx2<3>(rows, sums);
-    case 4:
-      return group_weighted_avx2<4>(rows, sums);
-    default:
-      for (int h = 0; h < count; ++h) weighted_avx2(rows[h], sums[h]);
+}
+
+// The rows of a batch: scores block by block (each block's keys read once for every row, in
+// memory order), each row's softmax, then the values block by block the same way.
+void batch_avx2(const RowBatch& b) {
+  const int64_t keys = b.rows[0].keys;
+  for (int64_t i0 = 0; i0 < keys; i0 += kKeyBlock)
+    for (int g = 0; g < b.groups; ++g) block_avx2(b, g, true, i0, std::min(keys, i0 + kKeyBlock));
+  // The first block of values is fetched while the softmaxes run.
+  for (int g = 0; g < b.groups; ++g) {
+    const AttentionRow& r = b.rows[b.starts[g]];
+    const int64_t row_bytes = r.columns * static_cast<int64_t>(sizeof(float));
+    for (int64_t i = 0; i < std::min(keys, kKeyBlock); ++i)
+      for (int64_t o = 0; o < row_bytes + 63; o += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(r.v + i * r.v_stride) + o, _MM_HINT_T1);
+  }
+  float total[kMaxBatch];
+  for (int r = 0; r < b.count; ++r) {
+    total[r] = softmax_avx2(b.rows[r]);
+    std::fill_n(b.sums + r * b.sums_stride, b.sums_stride, 0.0f);
+  }
+  for (int64_t i0 = 0; i0 < keys; i0 += kKeyBlock)
+    for (int g = 0; g < b.groups; ++g) block_avx2(b, g, false, i0, std::min(keys, i0 + kKeyBlock));
+  for (int r = 0; r < b.count; ++r) {
+    const AttentionRow& row = b.rows[r];
+    const float* sums = b.sums + r * b.sums_stride;
+    for (int64_t j = 0; j < row.columns; ++j) row.out[j * row.out_step] = sums[j] / total[r];
   }
 }
 
@@ -336,7 +400,7 @@ TESSERA_AVX2_END
 // ---- driver -----------------------------------------------------------------------------------
 
 using RowFn = void (*)(const AttentionRow&);
-using GroupFn = void (*)(const AttentionRow* rows, int count);  // rows sharing their keys
+using BatchFn = void (*)(const RowBatch& batch);
 
 struct AttentionJob {
   const KernelArgs* args = nullptr;
@@ -347,8 +411,9 @@ struct AttentionJob {
   bool causal = true;
   float scale = 1, softcap = 0;
   RowFn row_fn = nullptr;
-  GroupFn group_fn = nullptr;  // nullptr: one row at a time
-  int64_t scores_stride = 0;   // floats between the scores of grouped rows
+  BatchFn batch_fn = nullptr;  // nullptr: one row at a time
+  int64_t scores_stride = 0;   // floats between the scores of batched rows
+  int64_t sums_stride = 0;     // and between their column sums (after kMaxBatch scores)
 };
 
 // Copies `count` rows of `columns` elements starting at `first` (view strides) into dense rows.
@@ -412,26 +477,37 @@ void run_rows(const AttentionJob& job, int64_t begin, int64_t end) {
     }
     return a;
   };
-  AttentionRow group[kMaxGroup];
+  AttentionRow batch[kMaxBatch];
   for (int64_t r = begin; r < end;) {
-    group[0] = make_row(r, scratch);
-    int count = 1;
-    // Following rows reading the same keys and values (GQA heads of this position) join it.
-    if (contiguous && job.group_fn != nullptr)
-      while (count < kMaxGroup && r + count < end) {
-        const AttentionRow next = make_row(r + count, scratch + count * job.scores_stride);
-        if (next.k != group[0].k || next.v != group[0].v || next.keys != group[0].keys) break;
-        group[count++] = next;
-      }
-    if (count > 1)
-      job.group_fn(group, count);
-    else
-      job.row_fn(group[0]);
-    r += count;
+    batch[0] = make_row(r, scratch);
+    if (!contiguous || job.batch_fn == nullptr) {
+      job.row_fn(batch[0]);
+      ++r;
+      continue;
+    }
+    // Following rows with as many visible keys (the other heads of this position) join it;
+    // consecutive ones reading the same keys and values form a group.
+    RowBatch b;
+    b.rows = batch;
+    b.count = 1;
+    b.groups = 1;
+    while (b.count < kMaxBatch && r + b.count < end) {
+      const AttentionRow next = make_row(r + b.count, scratch + b.count * job.scores_stride);
+      if (next.keys != batch[0].keys) break;
+      const AttentionRow& lead = batch[b.starts[b.groups - 1]];
+      if (next.k != lead.k || next.v != lead.v || b.count - b.starts[b.groups - 1] == kMaxGroup)
+        b.starts[b.groups++] = b.count;
+      batch[b.count++] = next;
+    }
+    b.starts[b.groups] = b.count;
+    b.sums = scratch + kMaxBatch * job.scores_stride;
+    b.sums_stride = job.sums_stride;
+    job.batch_fn(b);
+    r += b.count;
   }
 }
 
-template <RowFn kRow, GroupFn kGroup>
+template <RowFn kRow, BatchFn kBatch>
 absl::Status attention_f32(const KernelArgs& args) {
   if (args.box.empty()) return absl::OkStatus();
   const Shape& q_shape = args.inputs[0].shape;
@@ -449,7 +525,7 @@ absl::Status attention_f32(const KernelArgs& args) {
   job.scale = static_cast<float>(a.scale);
   job.softcap = static_cast<float>(a.softcap);
   job.row_fn = kRow;
-  job.group_fn = kGroup;
+  job.batch_fn = kBatch;
   const BoxRows rows(args.box);
   job.rows = &rows;
   // The longest row in the box bounds every row's scores (and copies).
@@ -457,10 +533,11 @@ absl::Status attention_f32(const KernelArgs& args) {
       job.causal ? std::min(args.box.end(row), job.window > 0 ? job.window : job.keys) : job.keys;
   const bool contiguous = args.inputs[0].strides[col] == 1 && args.inputs[1].strides[col] == 1 &&
                           args.inputs[2].strides[col] == 1;
-  // Contiguous rows may be grouped: a scores array per row of a group.
-  job.scores_stride = (longest + 8 + 15) / 16 * 16;
+  // Contiguous rows may be batched: scores and column sums per row of a batch.
+  job.scores_stride = scores_stride(longest);
+  job.sums_stride = sums_stride(args.box.extent(col));
   job.scratch = ScratchCarver(args.scratch)
-                    .take<float>(contiguous ? kMaxGroup * job.scores_stride
+                    .take<float>(contiguous ? kMaxBatch * (job.scores_stride + job.sums_stride)
                                             : longest + 8 + job.dim * (longest + 1) + args.box.extent(col) * longest);
   if (job.scratch == nullptr) return absl::InternalError("[attention] kernel scratch too small");
   run_rows(job, 0, rows.count());
@@ -477,14 +554,14 @@ int64_t attention_scratch_bytes(const Graph& graph, const Node& node, bool dense
   if (q.size() < 3 || k.size() < 3 || v.size() < 3) return 0;
   const int64_t keys = k[k.size() - 3], dim = q.back(), columns = v.back();
   return scratch_take_bytes<float>(
-      std::max(kMaxGroup * ((keys + 8 + 15) / 16 * 16), keys + 8 + (dense_views ? 0 : dim * (keys + 1) + columns * keys)));
+      std::max(kMaxBatch * (scores_stride(keys) + sums_stride(columns)), keys + 8 + (dense_views ? 0 : dim * (keys + 1) + columns * keys)));
 }
 
 KernelFn attention_kernel(const Graph& graph, const Node& node, Isa isa) {
   for (NodeId in : node.inputs)
     if (graph.node(in).dtype != DType::F32) return nullptr;
 #if TESSERA_HAVE_AVX2_PATHS
-  if (isa != Isa::Portable) return attention_f32<row_avx2, rows_avx2>;
+  if (isa != Isa::Portable) return attention_f32<row_avx2, batch_avx2>;
 #endif
   (void)isa;
   return attention_f32<row_portable, nullptr>;

@@ -105,23 +105,41 @@ TEST_CASE("kernels: attention sub-boxes are bitwise equal to the full box") {
 }
 
 TEST_CASE("kernels: attention decode row equals the same row of a long prefill") {
-  // SmolLM2- and Gemma-like heads at a context longer than the 8-key groups and 64-column chunks.
+  // SmolLM2- and Gemma-like heads, and more heads than one batch of rows holds (20 query heads
+  // over 4 K/V heads), at a context longer than a key block, with and without a window.
+  struct Case {
+    int64_t d, hq, hkv, window;
+  };
   std::mt19937_64 rng(33);
-  for (int64_t d : {64, 256}) {
+  for (const Case& c : {Case{64, 4, 1, 0}, Case{256, 4, 1, 0}, Case{64, 9, 3, 0}, Case{16, 20, 4, 0},
+                        Case{64, 9, 3, 100}}) {
+    CAPTURE(c.d);
+    CAPTURE(c.hq);
+    CAPTURE(c.window);
     AttentionShape a;
     a.t = a.s = 300;
-    a.hq = 4;
-    a.hkv = 1;
-    a.d = a.dv = d;
+    a.hq = c.hq;
+    a.hkv = c.hkv;
+    a.d = a.dv = c.d;
     a.params.scale = 0.125;
+    a.params.window = c.window;
     OpFixture f;
     build(f, a, rng);
     for (cpu::Isa isa : kernel_testing::test_isas()) {
+      // Up to 300 keys, in several key blocks: the bound of the random shapes' test scaled.
+      kernel_testing::check_close(f, isa, [](int64_t, double) { return 2e-4; });
       const KernelFn fast = f.optimised(isa);
       const std::vector<float> full = f.run(fast, Box::full(f.node().shape));
-      for (int64_t t : {0, 7, 8, 150, 299}) {
-        const std::vector<float> row = f.run(fast, Box{{t, t + 1}, {0, 4}, {0, d}});
-        CHECK(std::memcmp(row.data(), full.data() + t * 4 * d, row.size() * sizeof(float)) == 0);
+      const int64_t row = c.hq * c.d;
+      for (int64_t t : {0, 7, 8, 47, 48, 150, 299}) {
+        const std::vector<float> one = f.run(fast, Box{{t, t + 1}, {0, c.hq}, {0, c.d}});
+        CHECK(std::memcmp(one.data(), full.data() + t * row, one.size() * sizeof(float)) == 0);
+        // Some of the heads and some of the columns.
+        const Box part{{t, t + 1}, {1, c.hq}, {c.d / 4, c.d}};
+        const std::vector<float> some = f.run(fast, part);
+        for (int64_t h = 1; h < c.hq; ++h)
+          CHECK(std::memcmp(some.data() + (h - 1) * (c.d - c.d / 4), full.data() + t * row + h * c.d + c.d / 4,
+                            static_cast<size_t>(c.d - c.d / 4) * sizeof(float)) == 0);
       }
     }
   }
