@@ -168,15 +168,15 @@ void bench_linear(DType dtype, int64_t k, int64_t n, int64_t m, const Options& o
               bytes / seconds * 1e-9);
 }
 
-// q [T, hq, d], k/v [T, hkv, d]; computes rows [first_row, T) of every head.
+// q [T, hq, d] f32, k/v [T, hkv, d] of dtype kv; computes rows [first_row, T) of every head.
 void bench_attention(const char* model, int64_t hq, int64_t hkv, int64_t d, int64_t context,
-                     int64_t rows, const Options& options) {
-  if (!selected(options, std::string("attention ") + model + (rows == 1 ? " decode" : " prefill")))
-    return;
+                     int64_t rows, const Options& options, DType kv = DType::F32) {
+  const std::string label = std::string("attention ") + model + (kv == DType::F32 ? "" : " kv f16");
+  if (!selected(options, label + (rows == 1 ? " decode" : " prefill"))) return;
   Graph g;
   Tensor q = g.input("q", {context, hq, d}, DType::F32);
-  Tensor k = g.input("k", {context, hkv, d}, DType::F32);
-  Tensor v = g.input("v", {context, hkv, d}, DType::F32);
+  Tensor k = g.input("k", {context, hkv, d}, kv);
+  Tensor v = g.input("v", {context, hkv, d}, kv);
   AttentionParams params;
   params.scale = 1.0 / std::sqrt(static_cast<double>(d));
   Tensor a = attention(q, k, v, params);
@@ -184,15 +184,23 @@ void bench_attention(const char* model, int64_t hq, int64_t hkv, int64_t d, int6
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   // Decode streams K and V from memory (a session keeps every layer's): unless --hot, calls
   // cycle through copies of q, k, v totalling at least 96 MiB.
-  const int64_t set_bytes = 4 * (q.node().volume() + k.node().volume() + v.node().volume());
+  const int64_t kv_size = dtype_size(kv);
+  const int64_t set_bytes = 4 * q.node().volume() + kv_size * (k.node().volume() + v.node().volume());
   const int64_t copies = options.hot ? 1 : std::max<int64_t>(2, ((96ll << 20) + set_bytes - 1) / set_bytes);
   std::vector<std::vector<float>> data;
   std::vector<std::vector<TensorView>> views(static_cast<size_t>(copies));
   for (int64_t c = 0; c < copies; ++c)
     for (Tensor t : {q, k, v}) {
-      data.emplace_back(static_cast<size_t>(t.node().volume()));
-      for (float& x : data.back()) x = u(rng);
-      views[static_cast<size_t>(c)].push_back(dense_view(data.back().data(), DType::F32, Box::full(t.shape())));
+      const int64_t n = t.node().volume();
+      data.emplace_back(static_cast<size_t>(n));  // floats, or halves in the first n / 2 floats
+      for (int64_t i = 0; i < n; ++i) {
+        const float x = u(rng);
+        if (t.dtype() == DType::F16)
+          reinterpret_cast<uint16_t*>(data.back().data())[i] = float_to_half(x);
+        else
+          data.back()[static_cast<size_t>(i)] = x;
+      }
+      views[static_cast<size_t>(c)].push_back(dense_view(data.back().data(), t.dtype(), Box::full(t.shape())));
     }
   std::vector<float> out(static_cast<size_t>(a.node().volume()));
   TensorView out_view = dense_view(out.data(), DType::F32, Box::full(a.shape()));
@@ -210,11 +218,11 @@ void bench_attention(const char* model, int64_t hq, int64_t hkv, int64_t d, int6
   double keys = 0;
   for (int64_t t = context - rows; t < context; ++t) keys += static_cast<double>(t + 1);
   const double flops = 4.0 * static_cast<double>(hq * d) * keys;
-  const double bytes = 4.0 * static_cast<double>(2 * hkv * d * context + 2 * rows * hq * d);
+  const double bytes = static_cast<double>(kv_size * 2 * hkv * d * context + 4 * 2 * rows * hq * d);
   std::printf(
-      "attention %-8s hq=%lld hkv=%lld D=%3lld ctx=%5lld rows=%4lld  %9.1f us  %7.1f GFLOP/s  "
+      "%-25s hq=%lld hkv=%lld D=%3lld ctx=%5lld rows=%4lld  %9.1f us  %7.1f GFLOP/s  "
       "%6.1f GB/s\n",
-      model, static_cast<long long>(hq), static_cast<long long>(hkv), static_cast<long long>(d),
+      label.c_str(), static_cast<long long>(hq), static_cast<long long>(hkv), static_cast<long long>(d),
       static_cast<long long>(context), static_cast<long long>(rows), seconds * 1e6,
       flops / seconds * 1e-9, bytes / seconds * 1e-9);
 }
@@ -234,6 +242,8 @@ void run_suite(const Options& options) {
   for (int64_t context : {128, 1024}) {
     bench_attention("smollm2", 9, 3, 64, context, 1, options);
     bench_attention("gemma3", 4, 1, 256, context, 1, options);
+    bench_attention("smollm2", 9, 3, 64, context, 1, options, DType::F16);
+    bench_attention("gemma3", 4, 1, 256, context, 1, options, DType::F16);
   }
   bench_attention("smollm2", 9, 3, 64, 128, 128, options);
   bench_attention("gemma3", 4, 1, 256, 128, 128, options);

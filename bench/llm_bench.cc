@@ -12,7 +12,10 @@
 // recomputation.
 //
 //   llm_bench [--threads LIST] [--rounds R] [--steps S] [--peers LIST] [--mapped-weights] [--cpu-time]
-//             [--backend NAME [--backend-full]] MODEL.gguf...
+//             [--kv f32|f16] [--backend NAME [--backend-full]] MODEL.gguf...
+//
+// --kv picks our K/V cache's dtype (default f32; llama.cpp's default cache, which its peer
+// uses, is f16).
 //
 // --backend NAME also runs a session on that backend (a GPU plugin: opencl, vulkan, cuda; the ops
 // it lacks run on the CPU fallback with the same thread count) in the same rounds, after ours, as
@@ -131,6 +134,17 @@ double decode_weight_bytes(const LlmModel& model) {
   return bytes;
 }
 
+// K/V cache bytes a decode step at `context` reads: every layer's visible keys and values.
+double kv_cache_bytes(const LlmModel& model, int64_t context) {
+  const LlmConfig& c = model.config();
+  double bytes = 0;
+  for (int64_t layer = 0; layer < c.layers; ++layer) {
+    const int64_t keys = c.is_sliding(layer) ? std::min(context, c.sliding_window) : context;
+    bytes += 2.0 * static_cast<double>(keys * c.kv_heads * c.head_dim * dtype_size(model.options().kv_dtype));
+  }
+  return bytes;
+}
+
 // ---- our measurements ------------------------------------------------------------------------
 
 struct Figures {
@@ -191,11 +205,11 @@ std::pair<double, double> noop_reads(GraphSession& s, NodeId node, int64_t t, in
   const Node& k = s.graph().node(node);
   Box box = Box::full(k.shape);
   box[0] = Interval(t, t + 1);
-  std::vector<float> row(static_cast<size_t>(box.volume()));
+  std::vector<std::byte> row(static_cast<size_t>(dtype_bytes(k.dtype, box.volume())));
   std::vector<double> times;
   for (int i = 0; i < n; ++i) {
     const auto start = std::chrono::steady_clock::now();
-    s.read_node(node, box, std::as_writable_bytes(std::span<float>(row)));
+    s.read_node(node, box, row);
     times.push_back(seconds_since(start));
   }
   return {min_of(times), median_of(times)};
@@ -277,13 +291,14 @@ struct Options {
   std::vector<std::string> models;
   std::string backend;  // a device backend measured beside ours
   bool backend_full = false;
+  DType kv = DType::F32;  // our K/V cache
 };
 
 void print_usage(std::FILE* f) {
   std::fprintf(f,
                "usage: llm_bench [--threads LIST] [--rounds R] [--steps S] [--peers LIST] [--mapped-weights] "
                "[--cpu-time]\n"
-               "                 [--backend NAME [--backend-full]] MODEL.gguf...\n"
+               "                 [--kv f32|f16] [--backend NAME [--backend-full]] MODEL.gguf...\n"
                "  --threads LIST   comma-separated thread counts (default 1,2)\n"
                "  --rounds R       rounds of (ours, llama.cpp) per model and thread count (default 3), after a warm-up\n"
                "  --steps S        decode steps averaged per context (default 16)\n"
@@ -294,6 +309,7 @@ void print_usage(std::FILE* f) {
                "                   linear reads its packed copy either way)\n"
                "  --backend NAME   also measure a session on that backend (opencl, vulkan, cuda: plugins on\n"
                "                   TESSERA_BACKEND_PATH): prefill 128 and decode @128, all four with --backend-full\n"
+               "  --kv f32|f16     our K/V cache's dtype (default f32; llama.cpp's peer keeps its default, f16)\n"
                "  --cpu-time       time our rounds in process CPU seconds (for 1 thread on a busy machine;\n"
                "                   peers stay wall-clock)\n"
                "Prefill 128 and 512 tokens, decode at context 128 and 1024 (tokens/s, min and median over\n"
@@ -315,6 +331,10 @@ bool parse(int argc, char** argv, Options& o) {
       o.huge_pages = false;
     } else if (arg == "--backend-full") {
       o.backend_full = true;
+    } else if (arg == "--kv" && i + 1 < argc) {
+      const std::string v = argv[++i];
+      if (v != "f32" && v != "f16") return false;
+      o.kv = v == "f16" ? DType::F16 : DType::F32;
     } else if (arg == "--backend" && i + 1 < argc) {
       o.backend = argv[++i];
     } else if ((arg == "--threads" || arg == "--rounds" || arg == "--steps" || arg == "--peers") && i + 1 < argc) {
@@ -372,15 +392,16 @@ int main(int argc, char** argv) {
   std::vector<double> bandwidth;
   for (int threads : options.threads) bandwidth.push_back(read_bandwidth(threads, 5));
   std::printf("LLM figures, tokens/s as min-time / median-time rounds (%d rounds, %d decode steps each); our linear "
-              "kernels: TESSERA_LINEAR=%s%s\n",
+              "kernels: TESSERA_LINEAR=%s; our K/V cache %s%s\n",
               options.rounds, options.steps, linear != nullptr && *linear != '\0' ? linear : "(unset: f32)",
+              dtype_name(options.kv),
               g_cpu_time ? "; ours timed in process CPU seconds" : "");
   for (size_t t = 0; t < options.threads.size(); ++t)
     std::printf("read bandwidth, %d thread(s): %.1f GB/s (1 GiB huge-page buffer, best of 5)\n", options.threads[t],
                 bandwidth[t] * 1e-9);
   try {
     for (const std::string& path : options.models) {
-      auto model = LlmModel::load(path, 1100);
+      auto model = LlmModel::load(path, 1100, LlmOptions{.kv_dtype = options.kv});
       Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
       const int64_t vocab = model->config().vocab;
       std::string text;
@@ -388,8 +409,10 @@ int main(int argc, char** argv) {
         text += "The quick brown fox jumps over the lazy dog while the engine keeps what it computed. ";
       const std::vector<int32_t> corpus = tokenizer.encode(text, true, false);
       const double weight_bytes = decode_weight_bytes(*model);
-      std::printf("\n%s (%s, %lld layers): %.1f MB of weights read per decoded token\n", path.c_str(),
-                  model->config().arch_name.c_str(), static_cast<long long>(model->config().layers), weight_bytes * 1e-6);
+      std::printf("\n%s (%s, %lld layers): %.1f MB of weights read per decoded token (and %.1f MB of %s K/V "
+                  "cache at context 1024, not in the bound)\n",
+                  path.c_str(), model->config().arch_name.c_str(), static_cast<long long>(model->config().layers),
+                  weight_bytes * 1e-6, kv_cache_bytes(*model, 1024) * 1e-6, dtype_name(options.kv));
       std::printf("%3s %-9s | %-15s | %-15s | %-15s | %-15s | %s\n", "thr", "engine", "prefill 128", "prefill 512",
                   "decode @128", "decode @1024", "decode bound");
       std::unique_ptr<GraphSession> s;

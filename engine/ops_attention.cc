@@ -12,8 +12,9 @@
 namespace tessera {
 
 // ---- attention(q [..., T, Hq, D], k [..., S, Hkv, D], v [..., S, Hkv, Dv]) -> [..., T, Hq, Dv]
-// AttentionAttrs {scale, causal, window, softcap}. Same float dtype and leading dims
-// for all three; Hq % Hkv == 0 and query head h reads kv head h / (Hq / Hkv) (GQA).
+// AttentionAttrs {scale, causal, window, softcap}. Float dtypes and the same leading dims for
+// all three; k and v share one dtype, q's or, with an f32 q, f16 or bf16 (a half-precision K/V
+// cache: their values are used exactly, the output is q's dtype); Hq % Hkv == 0 and query head h reads kv head h / (Hq / Hkv) (GQA).
 // Visible keys of query t: causal (requires T == S) s <= t, and with window > 0 also
 // s > t - window; non-causal: all keys (window must be 0). Score = scale * q.k in double, then
 // softcap * tanh(score / softcap) when softcap > 0; softmax over the visible keys (max
@@ -22,7 +23,7 @@ namespace tessera {
 // [s, s + window); this is what makes the KV cache emerge: appending key row t dirties only
 // query rows >= t, and query row t reads key rows [0 or t - window + 1, t]. Values only mix
 // within a column. Non-causal: any key/value dirt reaches every query row.
-// Decomposition (as HF eager attention): permute to head-major [..., H, T, D], repeat kv heads
+// Decomposition (as HF eager attention): half k and v cast to q's dtype, permute to head-major [..., H, T, D], repeat kv heads
 // (expand + reshape, HF repeat_kv), scores = q @ k^T * scale, softcap * tanh(scores / softcap)
 // when softcap > 0, causal/window mask where(visible, scores, -inf) with visible built from
 // aranges (j <= i, and j > i - window), the softmax op over keys, @ v, permute back. It uses
@@ -112,7 +113,8 @@ void attention_infer(const Graph& g, Node& node) {
                                    ", ", shape_string(k.shape), ", ", shape_string(v.shape)));
   if (!is_float(q.dtype))
     fail("attention", absl::StrCat("q must be float, got ", dtype_name(q.dtype)));
-  if (k.dtype != q.dtype || v.dtype != q.dtype)
+  const bool half_kv = q.dtype == DType::F32 && (k.dtype == DType::F16 || k.dtype == DType::BF16);
+  if (k.dtype != v.dtype || (k.dtype != q.dtype && !half_kv))
     fail("attention", absl::StrCat("dtype mismatch: q ", dtype_name(q.dtype), ", k ",
                                    dtype_name(k.dtype), ", v ", dtype_name(v.dtype)));
   const int r = q.rank();
@@ -171,8 +173,9 @@ Tensor attention_decompose(std::span<const Tensor> inputs, const Node& node) {
             swap_rows_heads[static_cast<size_t>(rank - 2)]);
   const Tensor q = permute(inputs[0], swap_rows_heads);
   const int64_t group = q.dim(-3) / inputs[1].dim(-2);
-  const Tensor k = repeat_kv(permute(inputs[1], swap_rows_heads), group);
-  const Tensor v = repeat_kv(permute(inputs[2], swap_rows_heads), group);
+  auto as_q = [&](const Tensor& t) { return t.dtype() == dtype ? t : cast(t, dtype); };
+  const Tensor k = repeat_kv(permute(as_q(inputs[1]), swap_rows_heads), group);
+  const Tensor v = repeat_kv(permute(as_q(inputs[2]), swap_rows_heads), group);
   Tensor scores = matmul(q, transpose(k, -1, -2)) * g.scalar(static_cast<float>(a.scale), dtype);
   if (a.softcap > 0) {
     const Tensor cap = g.scalar(static_cast<float>(a.softcap), dtype);

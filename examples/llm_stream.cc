@@ -4,7 +4,8 @@
 //
 //   llm_stream --model models/SmolLM2-135M-Instruct.Q4_1.gguf --prompt "..." [--chat]
 //              [--tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S]
-//              [--capacity C] [--interactive] [--edit "new prompt"] [--quiet] [--backend NAME]
+//              [--capacity C] [--kv f32|f16] [--interactive] [--edit "new prompt"] [--quiet]
+//              [--backend NAME]
 //
 // --interactive reads one prompt per line from stdin; each new prompt is compared with the
 // tokens already in the session and only the changed suffix is recomputed. --edit runs the
@@ -34,6 +35,7 @@ struct Options {
   int top_k = 0;
   uint64_t seed = 1;
   int64_t capacity = 1024;
+  DType kv = DType::F32;  // K/V cache dtype
 };
 
 Options parse(int argc, char** argv) {
@@ -55,6 +57,11 @@ Options parse(int argc, char** argv) {
     else if (a == "--top-p") o.top_p = std::stod(next());
     else if (a == "--seed") o.seed = std::stoull(next());
     else if (a == "--capacity") o.capacity = std::stoll(next());
+    else if (a == "--kv") {
+      const std::string v = next();
+      if (v != "f32" && v != "f16") throw Error("[llm_stream] --kv takes f32 or f16, got " + v);
+      o.kv = v == "f16" ? DType::F16 : DType::F32;
+    }
     else if (a == "--interactive") o.interactive = true;
     else if (a == "--quiet") o.quiet = true;
     else if (a == "--smoke") o.smoke = true;
@@ -186,7 +193,7 @@ int main(int argc, char** argv) {
       o.quiet = true;
     }
     if (o.model.empty()) throw Error("[llm_stream] --model is required");
-    auto model = LlmModel::load(o.model, o.capacity);
+    auto model = LlmModel::load(o.model, o.capacity, LlmOptions{.kv_dtype = o.kv});
     Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
     SessionOptions session_options;
     session_options.backend_name = o.backend;  // empty: the CPU backend

@@ -85,12 +85,14 @@ LlmConfig read_llm_config(const GgufFile& file) {
   return c;
 }
 
-LlmModel::LlmModel(GgufFile file, int64_t capacity)
-    : file_(std::move(file)), config_(read_llm_config(file_)), capacity_(capacity) {}
+LlmModel::LlmModel(GgufFile file, int64_t capacity, LlmOptions options)
+    : file_(std::move(file)), config_(read_llm_config(file_)), capacity_(capacity), options_(options) {}
 
-std::unique_ptr<LlmModel> LlmModel::load(const std::string& path, int64_t capacity) {
+std::unique_ptr<LlmModel> LlmModel::load(const std::string& path, int64_t capacity, LlmOptions options) {
   if (capacity <= 0) throw Error(absl::StrCat("[llm] capacity must be positive, got ", capacity));
-  std::unique_ptr<LlmModel> model(new LlmModel(GgufFile::open(path), capacity));
+  if (options.kv_dtype != DType::F32 && options.kv_dtype != DType::F16)
+    throw Error(absl::StrCat("[llm] K/V cache dtype must be f32 or f16, got ", dtype_name(options.kv_dtype)));
+  std::unique_ptr<LlmModel> model(new LlmModel(GgufFile::open(path), capacity, options));
   model->build();
   return model;
 }
@@ -126,6 +128,10 @@ void LlmModel::build() {
     const double base = sliding ? c.rope_base_local : c.rope_base;
     q = rope(q, positions, c.rope_dims, base, c.rope_mode);
     k = rope(k, positions, c.rope_dims, base, c.rope_mode);
+    if (options_.kv_dtype != DType::F32) {
+      k = cast(k, options_.kv_dtype);
+      v = cast(v, options_.kv_dtype);
+    }
     AttentionParams params;
     params.scale = c.attention_scale;
     params.window = sliding ? c.sliding_window : 0;

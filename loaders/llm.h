@@ -45,6 +45,14 @@ struct LlmConfig {
 // unsupported architecture or missing keys.
 LlmConfig read_llm_config(const GgufFile& file);
 
+struct LlmOptions {
+  // Element type of the K/V cache (the kept attention keys and values): f32, or f16 (half the
+  // memory, and half the bytes a decode step reads at long contexts; keys and values are
+  // rounded to half precision once, and attention reads them exactly, as llama.cpp's default
+  // f16 cache does). Anything else throws Error.
+  DType kv_dtype = DType::F32;
+};
+
 // A model graph over a fixed context capacity. Input "ids" [capacity] i32 holds the token ids
 // (row t = position t); output "logits" [capacity, vocab] f32, and output "hidden"
 // [capacity, dim] f32, the final normalised hidden states (the conditioning a text encoder
@@ -53,14 +61,16 @@ LlmConfig read_llm_config(const GgufFile& file);
 class LlmModel {
  public:
   // Opens the file and builds the graph. Throws Error on a bad file or unsupported model.
-  static std::unique_ptr<LlmModel> load(const std::string& path, int64_t capacity);
+  static std::unique_ptr<LlmModel> load(const std::string& path, int64_t capacity, LlmOptions options = {});
 
   const LlmConfig& config() const { return config_; }
   const GgufFile& file() const { return file_; }
   const Graph& graph() const { return graph_; }
   int64_t capacity() const { return capacity_; }
+  const LlmOptions& options() const { return options_; }
   Tensor logits() const { return logits_; }
   Tensor hidden() const { return hidden_; }
+  // The attention inputs K and V of each layer (the K/V cache), of dtype options().kv_dtype.
   const std::vector<Tensor>& keys() const { return keys_; }
   const std::vector<Tensor>& values() const { return values_; }
 
@@ -73,7 +83,7 @@ class LlmModel {
   const std::shared_ptr<MemoryPool>& pool() const { return pool_; }
 
  private:
-  LlmModel(GgufFile file, int64_t capacity);
+  LlmModel(GgufFile file, int64_t capacity, LlmOptions options);
   void build();
   Tensor weight(const std::string& name);
 
@@ -81,6 +91,7 @@ class LlmModel {
   std::shared_ptr<MemoryPool> pool_ = MemoryPool::create();
   LlmConfig config_;
   int64_t capacity_ = 0;
+  LlmOptions options_;
   Graph graph_;
   Tensor logits_, hidden_;
   std::vector<Tensor> keys_, values_;

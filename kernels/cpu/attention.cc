@@ -1,11 +1,13 @@
-// Optimised f32 attention (semantics at the definition block, engine/ops_attention.cc): causal
+// Optimised attention, f32 q and output, f32, f16 or bf16 keys and values (semantics at the
+// definition block, engine/ops_attention.cc): causal
 // or not, sliding window, softcap, GQA. The portable path runs one query row (leading, t, head)
 // at a time. The AVX2 path runs a batch of consecutive rows with the same number of visible
 // keys (the query heads of one position, up to 16) over the keys in blocks of 48: each block's
 // keys (then values) are read once from memory, sequentially, for every row of the batch, and
 // rows reading the same K/V head (up to 4) share each load. Decode streams K and V of every layer
-// from memory, so reading them in order, once, is what sets its speed. Rows are run in order
-// (the backend's team splits the box among its workers).
+// from memory, so reading them in order, once, is what sets its speed (an f16 K/V cache halves
+// those bytes; its values convert to float exactly). Rows are run in order (the backend's team
+// splits the box among its workers).
 //
 // Exactness (DESIGN.md section 1): a row's softmax depends only on the row: scores of its
 // visible keys in increasing key order (each a dot product with eight float lanes over D and a
@@ -18,8 +20,9 @@
 // Reads stay inside the needed boxes: the row's visible keys, and only the box's V columns.
 //
 // Scratch (the call's): the scores of the longest row for each row of a batch and the batch's
-// column sums, or (views not contiguous along their last axis, never session buffers) the
-// scores of one row plus copies of its Q/K/V rows.
+// column sums, or, when a view is not contiguous along its last axis (never session buffers) or
+// the path does not read its K/V dtype directly (bf16; f16 on the portable path), the scores and
+// sums of one row plus float copies of its Q/K/V rows.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -35,11 +38,12 @@ namespace tessera::cpu {
 namespace {
 
 
-// One query row's inputs, all contiguous along their last axis.
+// One query row's inputs, all contiguous along their last axis. k and v hold the job's K/V
+// element type (float for copies).
 struct AttentionRow {
   const float* q = nullptr;  // D values
-  const float* k = nullptr;  // key `first`; key first + i at k + i * k_stride
-  const float* v = nullptr;  // key `first`, the box's first column; v_stride between keys
+  const void* k = nullptr;   // key `first`; key first + i at k + i * k_stride elements
+  const void* v = nullptr;   // key `first`, the box's first column; v_stride between keys
   int64_t k_stride = 0, v_stride = 0;
   int64_t keys = 0;      // visible keys (last - first)
   int64_t dim = 0;       // D
@@ -75,17 +79,25 @@ float capped(float x, float softcap) {
 
 // ---- portable ---------------------------------------------------------------------------------
 
-float dot_portable(const float* a, const float* b, int64_t n) {
+inline float as_float(float x) { return x; }
+inline float as_float(uint16_t h) { return half_to_float(h); }  // f16, exact
+
+template <class T>
+float dot_portable(const float* a, const T* b, int64_t n) {
   float lanes[8] = {};
-  for (int64_t i = 0; i < n; ++i) lanes[i % 8] = lanes[i % 8] + a[i] * b[i];
+  for (int64_t i = 0; i < n; ++i) lanes[i % 8] = lanes[i % 8] + a[i] * as_float(b[i]);
   return ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) +
          ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
 }
 
+// One row, K/V elements of type T (float, or uint16_t for f16).
+template <class T>
 void row_portable(const AttentionRow& r) {
+  const T* k = static_cast<const T*>(r.k);
+  const T* v = static_cast<const T*>(r.v);
   float max = -std::numeric_limits<float>::infinity();
   for (int64_t i = 0; i < r.keys; ++i) {
-    const float x = capped(dot_portable(r.q, r.k + i * r.k_stride, r.dim) * r.scale, r.softcap);
+    const float x = capped(dot_portable(r.q, k + i * r.k_stride, r.dim) * r.scale, r.softcap);
     r.scores[i] = x;
     max = std::max(max, x);
   }
@@ -98,7 +110,7 @@ void row_portable(const AttentionRow& r) {
                     ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
   for (int64_t j = 0; j < r.columns; ++j) {
     float acc = 0;
-    for (int64_t i = 0; i < r.keys; ++i) acc = acc + r.scores[i] * r.v[i * r.v_stride + j];
+    for (int64_t i = 0; i < r.keys; ++i) acc = acc + r.scores[i] * as_float(v[i * r.v_stride + j]);
     r.out[j * r.out_step] = acc / sum;
   }
 }
@@ -108,62 +120,30 @@ void row_portable(const AttentionRow& r) {
 #if TESSERA_HAVE_AVX2_PATHS
 TESSERA_AVX2_BEGIN
 
-// Dot products of q with kCount keys at once (independent chains; each is the same 8-lane
-// chain over D as a single key's).
-template <int kCount>
-void dots_avx2(const float* q, const float* k, int64_t k_stride, int64_t dim, float* out) {
-  __m256 acc[kCount];
-#pragma GCC unroll 8
-  for (int i = 0; i < kCount; ++i) acc[i] = _mm256_setzero_ps();
-  int64_t d = 0;
-  for (; d + 8 <= dim; d += 8) {
-    const __m256 qv = _mm256_loadu_ps(q + d);
-#pragma GCC unroll 8
-    for (int i = 0; i < kCount; ++i)
-      acc[i] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + i * k_stride + d), acc[i]);
-  }
-  if (d < dim) {
-    const __m256i mask = avx2::tail_mask(dim - d);
-    const __m256 qv = _mm256_maskload_ps(q + d, mask);
-#pragma GCC unroll 8
-    for (int i = 0; i < kCount; ++i)
-      acc[i] = _mm256_fmadd_ps(qv, _mm256_maskload_ps(k + i * k_stride + d, mask), acc[i]);
-  }
-#pragma GCC unroll 8
-  for (int i = 0; i < kCount; ++i) out[i] = avx2::hsum(acc[i]);
+// Eight K/V elements as floats (f16 converts exactly), and the first n < 8 of them with zeros
+// after (reading only those n).
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline __m256 load_first(const float* p, int64_t n) { return _mm256_maskload_ps(p, avx2::tail_mask(n)); }
+inline __m256 load_first(const uint16_t* p, int64_t n) {
+  alignas(16) uint16_t h[8] = {};
+  std::memcpy(h, p, static_cast<size_t>(n) * sizeof(uint16_t));
+  return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(h)));
+}
+template <class T>
+__m256 load_n(const T* p, int64_t n) {
+  return n >= 8 ? load8(p) : load_first(p, n);
 }
 
-// out[j] = sum_i fma(p_i, v[i][j]) / sum for kVectors * 8 columns (the last vector masked).
-template <int kVectors>
-void weighted_sum_avx2(const AttentionRow& r, int64_t j0, int64_t columns, float sum) {
-  __m256 acc[kVectors];
-#pragma GCC unroll 8
-  for (int c = 0; c < kVectors; ++c) acc[c] = _mm256_setzero_ps();
-  const __m256i mask = avx2::tail_mask(columns - 8 * (kVectors - 1));
-  const float* v = r.v + j0;
-  for (int64_t i = 0; i < r.keys; ++i, v += r.v_stride) {
-    const __m256 p = _mm256_set1_ps(r.scores[i]);
-#pragma GCC unroll 8
-    for (int c = 0; c + 1 < kVectors; ++c)
-      acc[c] = _mm256_fmadd_ps(p, _mm256_loadu_ps(v + 8 * c), acc[c]);
-    acc[kVectors - 1] =
-        _mm256_fmadd_ps(p, _mm256_maskload_ps(v + 8 * (kVectors - 1), mask), acc[kVectors - 1]);
-  }
-  const __m256 denominator = _mm256_set1_ps(sum);
-  alignas(32) float result[8 * kVectors];
-#pragma GCC unroll 8
-  for (int c = 0; c < kVectors; ++c)
-    _mm256_store_ps(result + 8 * c, _mm256_div_ps(acc[c], denominator));
-  for (int64_t j = 0; j < columns; ++j) r.out[(j0 + j) * r.out_step] = result[j];
-}
-
-// Dot products of kHeads query rows that share their keys with kCount keys, each key loaded
-// once for all heads. Every (head, key) is the 8-lane chain over D and the horizontal sum of
-// dots_avx2, so the scores are the same bits.
-template <int kHeads, int kCount>
+// Dot products of kHeads query rows that share their keys with kCount keys from key i0, each key
+// loaded once for all heads: per (head, key) an 8-lane fma chain over D and a fixed horizontal
+// sum, whatever the grouping.
+template <class T, int kHeads, int kCount>
 void group_dots_avx2(const AttentionRow* rows, int64_t i0, float* const* out) {
-  const float* k = rows[0].k + i0 * rows[0].k_stride;
   const int64_t k_stride = rows[0].k_stride, dim = rows[0].dim;
+  const T* k = static_cast<const T*>(rows[0].k) + i0 * k_stride;
   __m256 acc[kHeads][kCount];
 #pragma GCC unroll 4
   for (int h = 0; h < kHeads; ++h)
@@ -173,7 +153,7 @@ void group_dots_avx2(const AttentionRow* rows, int64_t i0, float* const* out) {
   for (; d + 8 <= dim; d += 8) {
     __m256 kv[kCount];
 #pragma GCC unroll 4
-    for (int i = 0; i < kCount; ++i) kv[i] = _mm256_loadu_ps(k + i * k_stride + d);
+    for (int i = 0; i < kCount; ++i) kv[i] = load8(k + i * k_stride + d);
 #pragma GCC unroll 4
     for (int h = 0; h < kHeads; ++h) {
       const __m256 qv = _mm256_loadu_ps(rows[h].q + d);
@@ -185,7 +165,7 @@ void group_dots_avx2(const AttentionRow* rows, int64_t i0, float* const* out) {
     const __m256i mask = avx2::tail_mask(dim - d);
     __m256 kv[kCount];
 #pragma GCC unroll 4
-    for (int i = 0; i < kCount; ++i) kv[i] = _mm256_maskload_ps(k + i * k_stride + d, mask);
+    for (int i = 0; i < kCount; ++i) kv[i] = load_first(k + i * k_stride + d, dim - d);
 #pragma GCC unroll 4
     for (int h = 0; h < kHeads; ++h) {
       const __m256 qv = _mm256_maskload_ps(rows[h].q + d, mask);
@@ -207,29 +187,22 @@ constexpr int kGroupKeys = kHeads == 1 ? 6 : kHeads == 2 ? 4 : 3;
 // Raw scores (before scale) of keys [i0, i1) for kHeads rows sharing their keys, into each row's
 // scores; fetches the same lines of the next key block into L2 meanwhile (a prefetch never
 // faults; into L1 it would evict the block in use).
-template <int kHeads>
+template <class T, int kHeads>
 void group_scores_avx2(const AttentionRow* rows, int64_t i0, int64_t i1) {
   constexpr int kCount = kGroupKeys<kHeads>;
   float* out[kHeads];
   for (int h = 0; h < kHeads; ++h) out[h] = rows[h].scores;
-  const int64_t row_bytes = rows[0].dim * static_cast<int64_t>(sizeof(float));
-  const char* k = reinterpret_cast<const char*>(rows[0].k);
-  const int64_t stride_bytes = rows[0].k_stride * static_cast<int64_t>(sizeof(float));
+  const int64_t row_bytes = rows[0].dim * static_cast<int64_t>(sizeof(T));
+  const char* k = static_cast<const char*>(rows[0].k);
+  const int64_t stride_bytes = rows[0].k_stride * static_cast<int64_t>(sizeof(T));
   int64_t i = i0;
   for (; i + kCount <= i1; i += kCount) {
     for (int j = 0; j < kCount; ++j)
       for (int64_t o = 0; o < row_bytes; o += 64)
         _mm_prefetch(k + (i + kKeyBlock + j) * stride_bytes + o, _MM_HINT_T1);
-    group_dots_avx2<kHeads, kCount>(rows, i, out);
+    group_dots_avx2<T, kHeads, kCount>(rows, i, out);
   }
-  for (; i < i1; ++i) group_dots_avx2<kHeads, 1>(rows, i, out);
-}
-
-void raw_scores_avx2(const AttentionRow& r) {
-  int64_t i = 0;
-  for (; i + 8 <= r.keys; i += 8)
-    dots_avx2<8>(r.q, r.k + i * r.k_stride, r.k_stride, r.dim, r.scores + i);
-  for (; i < r.keys; ++i) dots_avx2<1>(r.q, r.k + i * r.k_stride, r.k_stride, r.dim, r.scores + i);
+  for (; i < i1; ++i) group_dots_avx2<T, kHeads, 1>(rows, i, out);
 }
 
 // After the raw scores: scale and softcap, p = exp(score - max) in place; returns sum(p).
@@ -267,67 +240,28 @@ float softmax_avx2(const AttentionRow& r) {
   return avx2::hsum(lanes);
 }
 
-// out = (sum_s p_s v_s) / sum for one row.
-void weighted_avx2(const AttentionRow& r, float sum) {
-  // Columns in chunks of 64 (8 accumulators); each column's chain is independent of the chunk.
-  for (int64_t j0 = 0; j0 < r.columns; j0 += 64) {
-    const int64_t columns = std::min<int64_t>(64, r.columns - j0);
-    switch ((columns + 7) / 8) {
-      case 1:
-        weighted_sum_avx2<1>(r, j0, columns, sum);
-        break;
-      case 2:
-        weighted_sum_avx2<2>(r, j0, columns, sum);
-        break;
-      case 3:
-        weighted_sum_avx2<3>(r, j0, columns, sum);
-        break;
-      case 4:
-        weighted_sum_avx2<4>(r, j0, columns, sum);
-        break;
-      case 5:
-        weighted_sum_avx2<5>(r, j0, columns, sum);
-        break;
-      case 6:
-        weighted_sum_avx2<6>(r, j0, columns, sum);
-        break;
-      case 7:
-        weighted_sum_avx2<7>(r, j0, columns, sum);
-        break;
-      default:
-        weighted_sum_avx2<8>(r, j0, columns, sum);
-        break;
-    }
-  }
-}
-
-void row_avx2(const AttentionRow& r) {
-  raw_scores_avx2(r);
-  weighted_avx2(r, softmax_avx2(r));
-}
-
 // Adds p_i * v_i over keys [i0, i1) to the column sums of kHeads rows sharing their values,
 // 16 columns at a time, each V vector loaded once for all rows; row h's sums are at sums[h]
-// (padded to 16 columns). Every column's chain is weighted_sum_avx2's: fma over the keys in
-// order (the partial sum kept as a float between blocks), so the same bits.
-template <int kHeads>
+// (padded to 16 columns). A column's chain is fma over the keys in order, its partial sum kept
+// as a float between blocks: the same bits however keys are blocked and columns chunked.
+template <class T, int kHeads>
 void group_weighted_avx2(const AttentionRow* rows, float* const* sums, int64_t i0, int64_t i1) {
   const AttentionRow& r0 = rows[0];
+  const int64_t v_stride = r0.v_stride;
   for (int64_t j0 = 0; j0 < r0.columns; j0 += 16) {
     const int64_t columns = std::min<int64_t>(16, r0.columns - j0);
-    const __m256i mask0 = avx2::tail_mask(std::min<int64_t>(8, columns));
-    const __m256i mask1 = avx2::tail_mask(std::max<int64_t>(0, columns - 8));
+    const int64_t n0 = std::min<int64_t>(8, columns), n1 = std::max<int64_t>(0, columns - 8);
     __m256 acc[kHeads][2];
 #pragma GCC unroll 4
     for (int h = 0; h < kHeads; ++h) {
       acc[h][0] = _mm256_loadu_ps(sums[h] + j0);
       acc[h][1] = _mm256_loadu_ps(sums[h] + j0 + 8);
     }
-    const float* v = r0.v + j0 + i0 * r0.v_stride;
-    for (int64_t i = i0; i < i1; ++i, v += r0.v_stride) {
-      _mm_prefetch(reinterpret_cast<const char*>(v + kKeyBlock * r0.v_stride), _MM_HINT_T1);
-      _mm_prefetch(reinterpret_cast<const char*>(v + kKeyBlock * r0.v_stride + 15), _MM_HINT_T1);
-      const __m256 v0 = _mm256_maskload_ps(v, mask0), v1 = _mm256_maskload_ps(v + 8, mask1);
+    const T* v = static_cast<const T*>(r0.v) + j0 + i0 * v_stride;
+    for (int64_t i = i0; i < i1; ++i, v += v_stride) {
+      _mm_prefetch(reinterpret_cast<const char*>(v + kKeyBlock * v_stride), _MM_HINT_T1);
+      _mm_prefetch(reinterpret_cast<const char*>(v + kKeyBlock * v_stride + 15), _MM_HINT_T1);
+      const __m256 v0 = load_n(v, n0), v1 = load_n(v + 8, n1);
 #pragma GCC unroll 4
       for (int h = 0; h < kHeads; ++h) {
         const __m256 p = _mm256_set1_ps(rows[h].scores[i]);
@@ -344,41 +278,44 @@ void group_weighted_avx2(const AttentionRow* rows, float* const* sums, int64_t i
 }
 
 // One key block [i0, i1) of group g of a batch: its scores, or its values' sums.
-template <int kHeads>
+template <class T, int kHeads>
 void group_block_avx2(const RowBatch& b, int g, bool scores, int64_t i0, int64_t i1) {
   const AttentionRow* rows = b.rows + b.starts[g];
-  if (scores) return group_scores_avx2<kHeads>(rows, i0, i1);
+  if (scores) return group_scores_avx2<T, kHeads>(rows, i0, i1);
   float* sums[kHeads];
   for (int h = 0; h < kHeads; ++h) sums[h] = b.sums + (b.starts[g] + h) * b.sums_stride;
-  group_weighted_avx2<kHeads>(rows, sums, i0, i1);
+  group_weighted_avx2<T, kHeads>(rows, sums, i0, i1);
 }
 
+template <class T>
 void block_avx2(const RowBatch& b, int g, bool scores, int64_t i0, int64_t i1) {
   switch (b.starts[g + 1] - b.starts[g]) {
     case 1:
-      return group_block_avx2<1>(b, g, scores, i0, i1);
+      return group_block_avx2<T, 1>(b, g, scores, i0, i1);
     case 2:
-      return group_block_avx2<2>(b, g, scores, i0, i1);
+      return group_block_avx2<T, 2>(b, g, scores, i0, i1);
     case 3:
-      return group_block_avx2<3>(b, g, scores, i0, i1);
+      return group_block_avx2<T, 3>(b, g, scores, i0, i1);
     default:
-      return group_block_avx2<4>(b, g, scores, i0, i1);
+      return group_block_avx2<T, 4>(b, g, scores, i0, i1);
   }
 }
 
-// The rows of a batch: scores block by block (each block's keys read once for every row, in
-// memory order), each row's softmax, then the values block by block the same way.
+// The rows of a batch (K/V elements of type T: float, or uint16_t for f16): scores block by
+// block (each block's keys read once for every row, in memory order), each row's softmax, then
+// the values block by block the same way.
+template <class T>
 void batch_avx2(const RowBatch& b) {
   const int64_t keys = b.rows[0].keys;
   for (int64_t i0 = 0; i0 < keys; i0 += kKeyBlock)
-    for (int g = 0; g < b.groups; ++g) block_avx2(b, g, true, i0, std::min(keys, i0 + kKeyBlock));
+    for (int g = 0; g < b.groups; ++g) block_avx2<T>(b, g, true, i0, std::min(keys, i0 + kKeyBlock));
   // The first block of values is fetched while the softmaxes run.
   for (int g = 0; g < b.groups; ++g) {
     const AttentionRow& r = b.rows[b.starts[g]];
-    const int64_t row_bytes = r.columns * static_cast<int64_t>(sizeof(float));
+    const int64_t row_bytes = r.columns * static_cast<int64_t>(sizeof(T));
     for (int64_t i = 0; i < std::min(keys, kKeyBlock); ++i)
       for (int64_t o = 0; o < row_bytes + 63; o += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(r.v + i * r.v_stride) + o, _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(static_cast<const T*>(r.v) + i * r.v_stride) + o, _MM_HINT_T1);
   }
   float total[kMaxBatch];
   for (int r = 0; r < b.count; ++r) {
@@ -386,12 +323,23 @@ void batch_avx2(const RowBatch& b) {
     std::fill_n(b.sums + r * b.sums_stride, b.sums_stride, 0.0f);
   }
   for (int64_t i0 = 0; i0 < keys; i0 += kKeyBlock)
-    for (int g = 0; g < b.groups; ++g) block_avx2(b, g, false, i0, std::min(keys, i0 + kKeyBlock));
+    for (int g = 0; g < b.groups; ++g) block_avx2<T>(b, g, false, i0, std::min(keys, i0 + kKeyBlock));
   for (int r = 0; r < b.count; ++r) {
     const AttentionRow& row = b.rows[r];
     const float* sums = b.sums + r * b.sums_stride;
     for (int64_t j = 0; j < row.columns; ++j) row.out[j * row.out_step] = sums[j] / total[r];
   }
+}
+
+// One copied row (float K/V; its column sums follow its scores) as a batch of one.
+void row_avx2(const AttentionRow& r) {
+  RowBatch b;
+  b.rows = &r;
+  b.count = b.groups = 1;
+  b.starts[1] = 1;
+  b.sums = r.scores + scores_stride(r.keys);
+  b.sums_stride = sums_stride(r.columns);
+  batch_avx2<float>(b);
 }
 
 TESSERA_AVX2_END
@@ -404,25 +352,44 @@ using BatchFn = void (*)(const RowBatch& batch);
 
 struct AttentionJob {
   const KernelArgs* args = nullptr;
-  float* scratch = nullptr;  // scores (+ row copies when strided)
+  float* scratch = nullptr;  // scores and sums (+ row copies when not direct)
   const BoxRows* rows = nullptr;
   int rank = 0;
   int64_t dim = 0, keys = 0, group = 1, window = 0;
   bool causal = true;
+  bool direct = true;  // rows read the views in place (else float copies of one row at a time)
   float scale = 1, softcap = 0;
-  RowFn row_fn = nullptr;
-  BatchFn batch_fn = nullptr;  // nullptr: one row at a time
-  int64_t scores_stride = 0;   // floats between the scores of batched rows
-  int64_t sums_stride = 0;     // and between their column sums (after kMaxBatch scores)
+  RowFn direct_row = nullptr, copied_row = nullptr;  // one row read in place, one copied row
+  BatchFn direct_batch = nullptr;  // when set, batches of rows read in place (not direct_row)
+  int64_t scores_stride = 0;     // floats between the scores of batched rows
+  int64_t sums_stride = 0;       // and between their column sums (after kMaxBatch scores)
 };
 
-// Copies `count` rows of `columns` elements starting at `first` (view strides) into dense rows.
+// The address of element `index` of a view (any plain dtype).
+const std::byte* address(const TensorView& view, const int64_t* index) {
+  return static_cast<const std::byte*>(view.data) + view.offset(index) * dtype_size(view.dtype);
+}
+
+float element(const TensorView& view, const void* base, int64_t offset) {
+  switch (view.dtype) {
+    case DType::F16:
+      return half_to_float(static_cast<const uint16_t*>(base)[offset]);
+    case DType::BF16:
+      return bf16_to_float(static_cast<const uint16_t*>(base)[offset]);
+    default:
+      return static_cast<const float*>(base)[offset];
+  }
+}
+
+// Copies `count` rows of `columns` elements starting at `index` (view strides) into dense float
+// rows (half types convert exactly).
 void copy_rows(const TensorView& view, const int64_t* index, int row_axis, int64_t count,
                int64_t columns, float* dst) {
-  const float* base = view.at<const float>(index);
+  const void* base = address(view, index);
   const int64_t row_step = view.strides[row_axis], col_step = view.strides[row_axis + 2];
   for (int64_t i = 0; i < count; ++i)
-    for (int64_t j = 0; j < columns; ++j) dst[i * columns + j] = base[i * row_step + j * col_step];
+    for (int64_t j = 0; j < columns; ++j)
+      dst[i * columns + j] = element(view, base, i * row_step + j * col_step);
 }
 
 void run_rows(const AttentionJob& job, int64_t begin, int64_t end) {
@@ -430,10 +397,10 @@ void run_rows(const AttentionJob& job, int64_t begin, int64_t end) {
   const TensorView &q = args.inputs[0], &k = args.inputs[1], &v = args.inputs[2];
   const int row = job.rank - 3, head = job.rank - 2, col = job.rank - 1;
   const int64_t j0 = args.box.begin(col), columns = args.box.extent(col);
-  const bool contiguous = q.strides[col] == 1 && k.strides[col] == 1 && v.strides[col] == 1;
   float* const scratch = job.scratch;
   int64_t index[kMaxRank];
-  // Row r's inputs, its scores at `scores` (copies of strided inputs after them).
+  // Row r's inputs, its scores at `scores` (copies of its rows after its scores and sums when not
+  // direct).
   auto make_row = [&](int64_t r, float* scores) {
     job.rows->index(r, index);
     const int64_t t = index[row], h = index[head];
@@ -454,15 +421,15 @@ void run_rows(const AttentionJob& job, int64_t begin, int64_t end) {
     std::copy(index, index + job.rank, kv_index);
     kv_index[row] = first;
     kv_index[head] = h / job.group;
-    if (contiguous) {
+    if (job.direct) {
       a.q = q.at<const float>(index);
-      a.k = k.at<const float>(kv_index);
+      a.k = address(k, kv_index);
       a.k_stride = k.strides[row];
       kv_index[col] = j0;
-      a.v = v.at<const float>(kv_index);
+      a.v = address(v, kv_index);
       a.v_stride = v.strides[row];
     } else {
-      float* q_copy = scores + a.keys + 8;
+      float* q_copy = scores + job.scores_stride + job.sums_stride;
       float* k_copy = q_copy + job.dim;
       float* v_copy = k_copy + job.dim * a.keys;
       copy_rows(q, index, row, 1, job.dim, q_copy);
@@ -480,17 +447,18 @@ void run_rows(const AttentionJob& job, int64_t begin, int64_t end) {
   AttentionRow batch[kMaxBatch];
   for (int64_t r = begin; r < end;) {
     batch[0] = make_row(r, scratch);
-    if (!contiguous || job.batch_fn == nullptr) {
-      job.row_fn(batch[0]);
+    RowBatch b;
+    b.rows = batch;
+    b.count = 1;
+    b.groups = 1;
+    b.sums_stride = job.sums_stride;
+    if (!job.direct || job.direct_batch == nullptr) {
+      (job.direct ? job.direct_row : job.copied_row)(batch[0]);
       ++r;
       continue;
     }
     // Following rows with as many visible keys (the other heads of this position) join it;
     // consecutive ones reading the same keys and values form a group.
-    RowBatch b;
-    b.rows = batch;
-    b.count = 1;
-    b.groups = 1;
     while (b.count < kMaxBatch && r + b.count < end) {
       const AttentionRow next = make_row(r + b.count, scratch + b.count * job.scores_stride);
       if (next.keys != batch[0].keys) break;
@@ -501,13 +469,23 @@ void run_rows(const AttentionJob& job, int64_t begin, int64_t end) {
     }
     b.starts[b.groups] = b.count;
     b.sums = scratch + kMaxBatch * job.scores_stride;
-    b.sums_stride = job.sums_stride;
-    job.batch_fn(b);
+    job.direct_batch(b);
     r += b.count;
   }
 }
 
-template <RowFn kRow, BatchFn kBatch>
+// Scratch floats of a direct job, and of a copying one.
+int64_t direct_floats(int64_t longest, int64_t columns) {
+  return kMaxBatch * (scores_stride(longest) + sums_stride(columns));
+}
+int64_t copied_floats(int64_t longest, int64_t dim, int64_t columns) {
+  return scores_stride(longest) + sums_stride(columns) + dim * (longest + 1) + columns * longest;
+}
+
+// Rows contiguous along the last axis are read in place when kInPlace (the path reads the K/V
+// dtype), in batches by kBatch or else one at a time by kRow; other rows are copied to floats
+// one at a time and run by kCopied.
+template <bool kInPlace, BatchFn kBatch, RowFn kRow, RowFn kCopied>
 absl::Status attention_f32(const KernelArgs& args) {
   if (args.box.empty()) return absl::OkStatus();
   const Shape& q_shape = args.inputs[0].shape;
@@ -524,21 +502,21 @@ absl::Status attention_f32(const KernelArgs& args) {
   job.window = a.window;
   job.scale = static_cast<float>(a.scale);
   job.softcap = static_cast<float>(a.softcap);
-  job.row_fn = kRow;
-  job.batch_fn = kBatch;
+  job.direct_row = kRow;
+  job.direct_batch = kBatch;
+  job.copied_row = kCopied;
   const BoxRows rows(args.box);
   job.rows = &rows;
   // The longest row in the box bounds every row's scores (and copies).
   const int64_t longest =
       job.causal ? std::min(args.box.end(row), job.window > 0 ? job.window : job.keys) : job.keys;
-  const bool contiguous = args.inputs[0].strides[col] == 1 && args.inputs[1].strides[col] == 1 &&
-                          args.inputs[2].strides[col] == 1;
-  // Contiguous rows may be batched: scores and column sums per row of a batch.
+  job.direct = kInPlace && args.inputs[0].strides[col] == 1 &&
+               args.inputs[1].strides[col] == 1 && args.inputs[2].strides[col] == 1;
   job.scores_stride = scores_stride(longest);
   job.sums_stride = sums_stride(args.box.extent(col));
   job.scratch = ScratchCarver(args.scratch)
-                    .take<float>(contiguous ? kMaxBatch * (job.scores_stride + job.sums_stride)
-                                            : longest + 8 + job.dim * (longest + 1) + args.box.extent(col) * longest);
+                    .take<float>(job.direct ? direct_floats(longest, args.box.extent(col))
+                                            : copied_floats(longest, job.dim, args.box.extent(col)));
   if (job.scratch == nullptr) return absl::InternalError("[attention] kernel scratch too small");
   run_rows(job, 0, rows.count());
   return absl::OkStatus();
@@ -553,18 +531,27 @@ int64_t attention_scratch_bytes(const Graph& graph, const Node& node, bool dense
   const Shape& v = graph.node(node.inputs[2]).shape;
   if (q.size() < 3 || k.size() < 3 || v.size() < 3) return 0;
   const int64_t keys = k[k.size() - 3], dim = q.back(), columns = v.back();
-  return scratch_take_bytes<float>(
-      std::max(kMaxBatch * (scores_stride(keys) + sums_stride(columns)), keys + 8 + (dense_views ? 0 : dim * (keys + 1) + columns * keys)));
+  const int64_t direct = direct_floats(keys, columns);
+  // bf16 K/V rows are always copied.
+  const bool copies = !dense_views || graph.node(node.inputs[1]).dtype == DType::BF16;
+  return scratch_take_bytes<float>(copies ? std::max(direct, copied_floats(keys, dim, columns)) : direct);
 }
 
 KernelFn attention_kernel(const Graph& graph, const Node& node, Isa isa) {
-  for (NodeId in : node.inputs)
-    if (graph.node(in).dtype != DType::F32) return nullptr;
+  if (graph.node(node.inputs[0]).dtype != DType::F32) return nullptr;
+  const DType kv = graph.node(node.inputs[1]).dtype;
+  if (kv != DType::F32 && kv != DType::F16 && kv != DType::BF16) return nullptr;
 #if TESSERA_HAVE_AVX2_PATHS
-  if (isa != Isa::Portable) return attention_f32<row_avx2, batch_avx2>;
+  if (isa != Isa::Portable) {
+    if (kv == DType::F32) return attention_f32<true, batch_avx2<float>, nullptr, row_avx2>;
+    if (kv == DType::F16) return attention_f32<true, batch_avx2<uint16_t>, nullptr, row_avx2>;
+    return attention_f32<false, nullptr, nullptr, row_avx2>;
+  }
 #endif
   (void)isa;
-  return attention_f32<row_portable, nullptr>;
+  if (kv == DType::F32) return attention_f32<true, nullptr, row_portable<float>, row_portable<float>>;
+  if (kv == DType::F16) return attention_f32<true, nullptr, row_portable<uint16_t>, row_portable<float>>;
+  return attention_f32<false, nullptr, nullptr, row_portable<float>>;
 }
 
 }  // namespace tessera::cpu

@@ -33,7 +33,8 @@ AttentionShape random_shape(std::mt19937_64& rng) {
   return a;
 }
 
-void build(OpFixture& f, const AttentionShape& a, std::mt19937_64& rng) {
+// kv: the K/V dtype (q is f32).
+void build(OpFixture& f, const AttentionShape& a, std::mt19937_64& rng, DType kv = DType::F32) {
   auto shape = [&](int64_t rows, int64_t heads, int64_t cols) {
     Shape s = a.lead;
     s.push_back(rows);
@@ -42,8 +43,8 @@ void build(OpFixture& f, const AttentionShape& a, std::mt19937_64& rng) {
     return s;
   };
   Tensor q = f.graph.input("q", shape(a.t, a.hq, a.d), DType::F32);
-  Tensor k = f.graph.input("k", shape(a.s, a.hkv, a.d), DType::F32);
-  Tensor v = f.graph.input("v", shape(a.s, a.hkv, a.dv), DType::F32);
+  Tensor k = f.graph.input("k", shape(a.s, a.hkv, a.d), kv);
+  Tensor v = f.graph.input("v", shape(a.s, a.hkv, a.dv), kv);
   f.out = attention(q, k, v, a.params);
   // q, k in [-2, 2]: scaled scores up to 4 sqrt(D), enough for peaked softmaxes.
   f.prepare(rng, {{-2.0, 2.0}, {-2.0, 2.0}, {-1.0, 1.0}});
@@ -60,15 +61,43 @@ std::string label(const AttentionShape& a) {
 
 }  // namespace
 
-TEST_CASE("kernels: attention is optimised for f32 only") {
+TEST_CASE("kernels: attention is optimised for f32 queries with f32, f16 or bf16 keys and values") {
   Graph g;
   AttentionParams p;
-  Tensor a = attention(g.input("q", {4, 2, 8}, DType::F32), g.input("k", {4, 1, 8}, DType::F32),
-                       g.input("v", {4, 1, 8}, DType::F32), p);
+  Tensor q = g.input("q", {4, 2, 8}, DType::F32);
+  for (DType kv : {DType::F32, DType::F16, DType::BF16}) {
+    Tensor a = attention(q, g.input(std::string("k") + dtype_name(kv), {4, 1, 8}, kv),
+                         g.input(std::string("v") + dtype_name(kv), {4, 1, 8}, kv), p);
+    CHECK(a.dtype() == DType::F32);
+    CHECK(static_cast<bool>(cpu::optimised_kernel(g, a.node())));
+  }
   Tensor b = attention(g.input("qh", {4, 2, 8}, DType::F16), g.input("kh", {4, 1, 8}, DType::F16),
                        g.input("vh", {4, 1, 8}, DType::F16), p);
-  CHECK(static_cast<bool>(cpu::optimised_kernel(g, a.node())));
   CHECK_FALSE(static_cast<bool>(cpu::optimised_kernel(g, b.node())));
+  // Half K/V only under an f32 q, and k and v of one dtype.
+  CHECK_THROWS_AS(attention(b, g.input("k2", {4, 1, 8}, DType::BF16), g.input("v2", {4, 1, 8}, DType::BF16), p),
+                  Error);
+  CHECK_THROWS_AS(attention(q, g.input("k3", {4, 1, 8}, DType::F16), g.input("v3", {4, 1, 8}, DType::F32), p),
+                  Error);
+}
+
+TEST_CASE("kernels: attention with f16 and bf16 keys and values matches the reference, sub-boxes bitwise") {
+  // The reference reads the same half values (exactly), so the f32 tolerance holds.
+  const uint64_t seed = 34;
+  std::mt19937_64 rng(seed);
+  for (int trial = 0; trial < 40; ++trial) {
+    const DType kv = trial % 2 == 0 ? DType::F16 : DType::BF16;
+    const AttentionShape a = random_shape(rng);
+    OpFixture f;
+    build(f, a, rng, kv);
+    CAPTURE(trial);
+    CAPTURE(dtype_name(kv));
+    CAPTURE(label(a));
+    for (cpu::Isa isa : kernel_testing::test_isas()) {
+      kernel_testing::check_close(f, isa, [](int64_t, double) { return 5e-5; });
+      kernel_testing::check_sub_boxes(f, isa, rng);
+    }
+  }
 }
 
 TEST_CASE("kernels: attention matches the reference within tolerance") {
@@ -109,10 +138,13 @@ TEST_CASE("kernels: attention decode row equals the same row of a long prefill")
   // over 4 K/V heads), at a context longer than a key block, with and without a window.
   struct Case {
     int64_t d, hq, hkv, window;
+    DType kv = DType::F32;
   };
   std::mt19937_64 rng(33);
   for (const Case& c : {Case{64, 4, 1, 0}, Case{256, 4, 1, 0}, Case{64, 9, 3, 0}, Case{16, 20, 4, 0},
-                        Case{64, 9, 3, 100}}) {
+                        Case{64, 9, 3, 100}, Case{64, 9, 3, 0, DType::F16}, Case{256, 4, 1, 0, DType::F16},
+                        Case{20, 6, 2, 30, DType::F16}}) {
+    CAPTURE(dtype_name(c.kv));
     CAPTURE(c.d);
     CAPTURE(c.hq);
     CAPTURE(c.window);
@@ -124,7 +156,7 @@ TEST_CASE("kernels: attention decode row equals the same row of a long prefill")
     a.params.scale = 0.125;
     a.params.window = c.window;
     OpFixture f;
-    build(f, a, rng);
+    build(f, a, rng, c.kv);
     for (cpu::Isa isa : kernel_testing::test_isas()) {
       // Up to 300 keys, in several key blocks: the bound of the random shapes' test scaled.
       kernel_testing::check_close(f, isa, [](int64_t, double) { return 2e-4; });

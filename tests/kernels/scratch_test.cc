@@ -92,6 +92,17 @@ TEST_CASE("kernels: scratch comes from the call, strided views need more and get
     f.prepare(rng);
     check_scratch(f);
   }
+  SUBCASE("attention with a half K/V") {
+    for (DType kv : {DType::F16, DType::BF16}) {
+      OpFixture f;
+      Tensor q = f.graph.input("q", {9, 4, 16}, DType::F32);
+      Tensor k = f.graph.input("k", {9, 2, 16}, kv);
+      Tensor v = f.graph.input("v", {9, 2, 16}, kv);
+      f.out = attention(q, k, v, AttentionParams{.scale = 0.25, .causal = true});
+      f.prepare(rng);
+      check_scratch(f);
+    }
+  }
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 // and every result is bitwise what sessions with unlimited memory of their own give.
 #include <doctest/doctest.h>
 
+#include <string>
+
 #include "loaders/llm.h"
 #include "tests/llm/model_cases.h"
 #include "tests/support/scoped_env.h"
@@ -64,13 +66,15 @@ TEST_CASE("llm: both real models and a conv net share one pool and its budget, r
 }
 
 TEST_CASE("llm: both real models decode bit for bit the same with 1, 2 and 3 threads") {
-  for (const char* mode : {"f32", "int8"})  // both linear paths (int8: packed weights)
+  // Both linear paths (int8: packed weights), the int8 one also with an f16 K/V cache.
+  for (const char* mode : {"f32", "int8", "int8+f16 kv"})
   for (const ModelCase& m : {kSmol, kGemma}) {
     if (!have(m)) continue;
-    const testing::ScopedEnv linear_mode("TESSERA_LINEAR", mode);
+    const bool f16_kv = std::string(mode).ends_with("f16 kv");
+    const testing::ScopedEnv linear_mode("TESSERA_LINEAR", f16_kv ? "int8" : mode);
     CAPTURE(mode);
     CAPTURE(m.file);
-    auto model = LlmModel::load(model_path(m), 48);
+    auto model = LlmModel::load(model_path(m), 48, LlmOptions{.kv_dtype = f16_kv ? DType::F16 : DType::F32});
     const int64_t vocab = model->config().vocab;
     std::vector<std::unique_ptr<GraphSession>> sessions;
     for (int threads : {1, 2, 3}) sessions.push_back(model->new_session(SessionOptions{.threads = threads}));

@@ -65,6 +65,12 @@ void write_inputs(const DecompositionCase& c, const Graph& g, std::mt19937_64& r
       for (float& v : values) v = u(rng);
       a.write(name, full, values);
       b.write(name, full, values);
+    } else if (n.dtype == DType::F16 || n.dtype == DType::BF16) {
+      std::uniform_real_distribution<float> u(static_cast<float>(r.lo), static_cast<float>(r.hi));
+      std::vector<uint16_t> values(count);
+      for (uint16_t& v : values) v = n.dtype == DType::F16 ? float_to_half(u(rng)) : float_to_bf16(u(rng));
+      a.write(name, full, std::as_bytes(std::span<const uint16_t>(values)));
+      b.write(name, full, std::as_bytes(std::span<const uint16_t>(values)));
     } else {
       REQUIRE(n.dtype == DType::I32);
       std::uniform_int_distribution<int32_t> u(static_cast<int32_t>(r.lo),
@@ -334,6 +340,12 @@ std::vector<DecompositionCase> composite_cases() {
     cases.push_back({std::string("attention ") + a.label, [a](Graph& g) {
                        return attention(f32(g, "q", a.q), f32(g, "k", a.k), f32(g, "v", a.v),
                                         a.params);
+                     }});
+  // a half K/V cache under an f32 q (the decomposition casts k and v to f32)
+  for (DType kv : {DType::F16, DType::BF16})
+    cases.push_back({std::string("attention causal GQA ") + dtype_name(kv) + " k/v", [kv](Graph& g) {
+                       return attention(f32(g, "q", {1, 5, 4, 3}), g.input("k", {1, 5, 2, 3}, kv),
+                                        g.input("v", {1, 5, 2, 2}, kv), {.scale = 0.5, .causal = true});
                      }});
   // linear (float weights)
   cases.push_back({"linear [3, 5] x [4, 5]", [](Graph& g) {
