@@ -95,6 +95,8 @@ KernelFn optimised_kernel_for(const Graph& graph, const Node& node, Isa isa) {
       return unary_kernel(graph, node, isa);
     case OpKind::Binary:
       return binary_kernel(graph, node, isa);
+    case OpKind::Cast:
+      return cast_kernel(graph, node, isa);
     case OpKind::FusedElementwise:
       return fused_elementwise_kernel(graph, node, isa);
     case OpKind::RmsNorm:

@@ -59,6 +59,7 @@ KernelFn linear_kernel_with(const Graph& graph, const Node& node, Isa isa, bool 
 KernelFn attention_kernel(const Graph& graph, const Node& node, Isa isa);  // attention.cc
 KernelFn unary_kernel(const Graph& graph, const Node& node, Isa isa);      // elementwise.cc
 KernelFn binary_kernel(const Graph& graph, const Node& node, Isa isa);     // elementwise.cc
+KernelFn cast_kernel(const Graph& graph, const Node& node, Isa isa);       // elementwise.cc (float dtypes)
 KernelFn fused_elementwise_kernel(const Graph& graph, const Node& node, Isa isa);  // fused.cc
 KernelFn rms_norm_kernel(const Graph& graph, const Node& node, Isa isa);   // norm_rope.cc
 KernelFn rope_kernel(const Graph& graph, const Node& node, Isa isa);       // norm_rope.cc

@@ -303,7 +303,95 @@ absl::Status binary_f32(const KernelArgs& args) {
   return absl::OkStatus();
 }
 
+// ---- cast between float dtypes -----------------------------------------------------------------
+// The reference's values exactly: half types widen exactly, narrowing rounds to nearest even
+// (float_to_half / float_to_bf16). The AVX2 path converts contiguous f32 -> f16 rows with F16C
+// (the same rounding) and redoes NaN lanes with float_to_half (the hardware keeps NaN payloads).
+
+template <DType kIn, DType kOut>
+void cast_scalar(const void* x, int64_t x_step, void* y, int64_t y_step, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    float v;
+    if constexpr (kIn == DType::F32) v = static_cast<const float*>(x)[i * x_step];
+    else if constexpr (kIn == DType::F16) v = half_to_float(static_cast<const uint16_t*>(x)[i * x_step]);
+    else v = bf16_to_float(static_cast<const uint16_t*>(x)[i * x_step]);
+    if constexpr (kOut == DType::F32) static_cast<float*>(y)[i * y_step] = v;
+    else if constexpr (kOut == DType::F16) static_cast<uint16_t*>(y)[i * y_step] = float_to_half(v);
+    else static_cast<uint16_t*>(y)[i * y_step] = float_to_bf16(v);
+  }
+}
+
+using CastRow = void (*)(const void* x, int64_t x_step, void* y, int64_t y_step, int64_t n);
+
+#if TESSERA_HAVE_AVX2_PATHS
+TESSERA_AVX2_BEGIN
+void cast_f32_f16_avx2(const void* xv, int64_t x_step, void* yv, int64_t y_step, int64_t n) {
+  if (x_step != 1 || y_step != 1) return cast_scalar<DType::F32, DType::F16>(xv, x_step, yv, y_step, n);
+  const float* x = static_cast<const float*>(xv);
+  uint16_t* y = static_cast<uint16_t*>(yv);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+    if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)) != 0)
+      for (int64_t j = i; j < i + 8; ++j) y[j] = float_to_half(x[j]);
+  }
+  cast_scalar<DType::F32, DType::F16>(x + i, 1, y + i, 1, n - i);
+}
+TESSERA_AVX2_END
+#endif  // TESSERA_HAVE_AVX2_PATHS
+
+template <CastRow kRow>
+absl::Status cast_rows(const KernelArgs& args) {
+  const TensorView& x = args.inputs[0];
+  if (args.node.rank() == 0) {
+    kRow(x.data, 1, args.out.data, 1, 1);
+    return absl::OkStatus();
+  }
+  const int last = args.node.rank() - 1;
+  const int64_t width = args.box.extent(last);
+  const int in_size = dtype_size(x.dtype), out_size = dtype_size(args.out.dtype);
+  for_rows(args.box, [&](const int64_t* index) {
+    kRow(static_cast<const std::byte*>(x.data) + x.offset(index) * in_size, x.strides[last],
+         static_cast<std::byte*>(args.out.data) + args.out.offset(index) * out_size, args.out.strides[last], width);
+  });
+  return absl::OkStatus();
+}
+
+template <DType kIn>
+KernelFn cast_from(DType out) {
+  switch (out) {
+    case DType::F32:
+      return cast_rows<cast_scalar<kIn, DType::F32>>;
+    case DType::F16:
+      return cast_rows<cast_scalar<kIn, DType::F16>>;
+    case DType::BF16:
+      return cast_rows<cast_scalar<kIn, DType::BF16>>;
+    default:
+      return nullptr;
+  }
+}
+
 }  // namespace elementwise
+
+KernelFn cast_kernel(const Graph& graph, const Node& node, Isa isa) {
+  const DType in = graph.node(node.inputs[0]).dtype;
+#if TESSERA_HAVE_AVX2_PATHS
+  if (isa != Isa::Portable && in == DType::F32 && node.dtype == DType::F16)
+    return elementwise::cast_rows<elementwise::cast_f32_f16_avx2>;
+#endif
+  (void)isa;
+  switch (in) {
+    case DType::F32:
+      return elementwise::cast_from<DType::F32>(node.dtype);
+    case DType::F16:
+      return elementwise::cast_from<DType::F16>(node.dtype);
+    case DType::BF16:
+      return elementwise::cast_from<DType::BF16>(node.dtype);
+    default:
+      return nullptr;
+  }
+}
 
 KernelFn unary_kernel(const Graph&, const Node& node, Isa isa) {
   if (node.dtype != DType::F32 || !elementwise::unary_covered(node.attrs_as<UnaryAttrs>().fn))
