@@ -1,4 +1,6 @@
-// Optimised f32 matmul: C[..., m, n] = sum_k A[..., m, k] * B[..., k, n], accumulated in float.
+// Optimised matmul: C[..., m, n] = sum_k A[..., m, k] * B[..., k, n], accumulated in float, for
+// f32, f16 and bf16 (all three tensors of one dtype). Half operands are widened to float exactly
+// (a chunk of B's row at a time) and each output is rounded once to the half type at the end.
 //
 // Exactness (DESIGN.md section 1): every output element is computed by the same sequence of
 // operations whatever box is requested: acc = 0, then acc += a[m][k] * b[k][n] for k = 0..K-1
@@ -55,26 +57,54 @@ void axpy_rows(float (*acc)[kChunk], const float* a, int64_t rows, const float* 
     for (int64_t j = 0; j < cols; ++j) acc[r][j] += a[r] * b[j * b_step];
 }
 
-// Where a matmul operand's matrix starts for an output batch index (numpy broadcasting).
-const float* matrix_origin(const TensorView& view, const Shape& shape, int out_rank,
-                           const int64_t* out_index, int64_t row, int64_t col) {
+// Element i of a float-typed array of `dtype` as a float (half types widen exactly).
+float widen(DType dtype, const void* base, int64_t i) {
+  switch (dtype) {
+    case DType::F16:
+      return half_to_float(static_cast<const uint16_t*>(base)[i]);
+    case DType::BF16:
+      return bf16_to_float(static_cast<const uint16_t*>(base)[i]);
+    default:
+      return static_cast<const float*>(base)[i];
+  }
+}
+
+void narrow(DType dtype, void* base, int64_t i, float x) {
+  switch (dtype) {
+    case DType::F16:
+      static_cast<uint16_t*>(base)[i] = float_to_half(x);
+      break;
+    case DType::BF16:
+      static_cast<uint16_t*>(base)[i] = float_to_bf16(x);
+      break;
+    default:
+      static_cast<float*>(base)[i] = x;
+  }
+}
+
+// Where a matmul operand's matrix starts for an output batch index (numpy broadcasting), as the
+// address of that element (of the view's dtype).
+const std::byte* matrix_origin(const TensorView& view, const Shape& shape, int out_rank,
+                               const int64_t* out_index, int64_t row, int64_t col) {
   int64_t index[kMaxRank];
   const int rank = static_cast<int>(shape.size()), offset = out_rank - rank;
   for (int d = 0; d < rank - 2; ++d)
     index[d] = shape[static_cast<size_t>(d)] == 1 ? 0 : out_index[d + offset];
   index[rank - 2] = row;
   index[rank - 1] = col;
-  return view.at<const float>(index);
+  return static_cast<const std::byte*>(view.data) + view.offset(index) * dtype_size(view.dtype);
 }
 
 }  // namespace
 
-absl::Status matmul_f32(const KernelArgs& args) {
+absl::Status matmul_float(const KernelArgs& args) {
   const TensorView& a = args.inputs[0];
   const TensorView& b = args.inputs[1];
   const TensorView& out = args.out;
-  if (a.dtype != DType::F32 || b.dtype != DType::F32 || out.dtype != DType::F32)
+  const DType dtype = out.dtype;
+  if (a.dtype != dtype || b.dtype != dtype || (dtype != DType::F32 && dtype != DType::F16 && dtype != DType::BF16))
     return ref::reference_kernel(OpKind::Matmul)(args);
+  const bool f32 = dtype == DType::F32;
   const Box& box = args.box;
   if (box.empty()) return absl::OkStatus();
   const Shape& sa = args.inputs[0].shape;
@@ -89,6 +119,7 @@ absl::Status matmul_f32(const KernelArgs& args) {
   const int64_t n_begin = box.begin(rank - 1), n_end = box.end(rank - 1);
 
   alignas(64) float acc[kRows][kChunk];
+  alignas(64) float b_row[kChunk];  // a half B row chunk, widened
   float a_col[kRows];
   Box batch = Box::of_rank(rank - 2);
   for (int d = 0; d < rank - 2; ++d) batch[d] = box[d];
@@ -97,30 +128,35 @@ absl::Status matmul_f32(const KernelArgs& args) {
     std::copy(batch_index, batch_index + rank - 2, index);
     for (int64_t m0 = m_begin; m0 < m_end; m0 += kRows) {
       const int64_t rows = std::min(kRows, m_end - m0);
-      const float* a_rows = matrix_origin(a, sa, rank, index, m0, 0);
+      const std::byte* a_rows = matrix_origin(a, sa, rank, index, m0, 0);
       for (int64_t n0 = n_begin; n0 < n_end; n0 += kChunk) {
         const int64_t cols = std::min(kChunk, n_end - n0);
-        const float* b_cols = matrix_origin(b, sb, rank, index, 0, n0);
+        const std::byte* b_cols = matrix_origin(b, sb, rank, index, 0, n0);
         for (int64_t r = 0; r < rows; ++r) std::fill_n(acc[r], cols, 0.0f);
         for (int64_t k = 0; k < depth; ++k) {
-          for (int64_t r = 0; r < rows; ++r) a_col[r] = a_rows[r * a_row_step + k * a_k_step];
-          axpy_rows(acc, a_col, rows, b_cols + k * b_k_step, b_col_step, cols);
+          for (int64_t r = 0; r < rows; ++r) a_col[r] = widen(dtype, a_rows, r * a_row_step + k * a_k_step);
+          if (f32) {
+            axpy_rows(acc, a_col, rows, reinterpret_cast<const float*>(b_cols) + k * b_k_step, b_col_step, cols);
+          } else {
+            for (int64_t j = 0; j < cols; ++j) b_row[j] = widen(dtype, b_cols, k * b_k_step + j * b_col_step);
+            axpy_rows(acc, a_col, rows, b_row, 1, cols);
+          }
         }
         index[rank - 2] = m0;
         index[rank - 1] = n0;
-        float* c = out.at<float>(index);
+        void* c = static_cast<std::byte*>(out.data) + out.offset(index) * dtype_size(dtype);
         for (int64_t r = 0; r < rows; ++r)
-          for (int64_t j = 0; j < cols; ++j) c[r * out_row_step + j * out_col_step] = acc[r][j];
+          for (int64_t j = 0; j < cols; ++j) narrow(dtype, c, r * out_row_step + j * out_col_step, acc[r][j]);
       }
     }
   });
   return absl::OkStatus();
 }
 
-// Matmul inputs share the output dtype (engine/ops_index.cc), so f32 out means f32 in. The
+// Matmul inputs share the output dtype (engine/ops_index.cc). The
 // kernel is plain C++ (the same code for every instruction set).
 KernelFn matmul_kernel(const Graph&, const Node& node, Isa) {
-  return node.dtype == DType::F32 ? matmul_f32 : nullptr;
+  return node.dtype == DType::F32 || node.dtype == DType::F16 || node.dtype == DType::BF16 ? matmul_float : nullptr;
 }
 
 }  // namespace tessera::cpu

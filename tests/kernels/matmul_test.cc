@@ -16,30 +16,37 @@ namespace {
 struct MatmulCase {
   Graph graph;
   Tensor out;
-  std::vector<std::vector<float>> inputs;  // a, b, dense over their full shapes
+  DType dtype = DType::F32;
+  std::vector<std::vector<std::byte>> inputs;  // a, b, dense over their full shapes
   std::vector<TensorView> views;
 };
 
-// matmul(a, b) over inputs filled with uniform values in [-1, 1].
-void build(MatmulCase& c, const Shape& a_shape, const Shape& b_shape, std::mt19937_64& rng) {
-  Tensor a = c.graph.input("a", a_shape, DType::F32);
-  Tensor b = c.graph.input("b", b_shape, DType::F32);
+// matmul(a, b) of `dtype` over inputs filled with uniform values in [-1, 1].
+void build(MatmulCase& c, const Shape& a_shape, const Shape& b_shape, std::mt19937_64& rng,
+           DType dtype = DType::F32) {
+  c.dtype = dtype;
+  Tensor a = c.graph.input("a", a_shape, dtype);
+  Tensor b = c.graph.input("b", b_shape, dtype);
   c.out = matmul(a, b);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   for (const Shape& s : {a_shape, b_shape}) {
-    c.inputs.emplace_back(static_cast<size_t>(shape_volume(s)));
-    for (float& x : c.inputs.back()) x = u(rng);
-    c.views.push_back(dense_view(c.inputs.back().data(), DType::F32, Box::full(s)));
+    c.inputs.emplace_back(static_cast<size_t>(dtype_bytes(dtype, shape_volume(s))));
+    const TensorView view = dense_view(c.inputs.back().data(), dtype, Box::full(s));
+    ref::for_each_index(Box::full(s), [&](const int64_t* i) { ref::store(view, i, u(rng)); });
+    c.views.push_back(view);
   }
 }
 
-// Computes `box` of the matmul with `kernel` into a buffer holding only that box.
+// Computes `box` of the matmul with `kernel` into a buffer holding only that box; the values as
+// floats (half types widen exactly).
 std::vector<float> run(const MatmulCase& c, KernelFn kernel, const Box& box) {
-  std::vector<float> out(static_cast<size_t>(box.volume()));
-  TensorView view = dense_view(out.data(), DType::F32, box);
+  std::vector<std::byte> out(static_cast<size_t>(dtype_bytes(c.dtype, box.volume())));
+  TensorView view = dense_view(out.data(), c.dtype, box);
   absl::Status st = kernel(KernelCall{c.graph, c.graph.node(c.out.id), c.views, view, box});
   REQUIRE_MESSAGE(st.ok(), st.ToString());
-  return out;
+  std::vector<float> values;
+  ref::for_each_index(box, [&](const int64_t* i) { values.push_back(static_cast<float>(ref::load(view, i))); });
+  return values;
 }
 
 Shape random_shape(std::mt19937_64& rng, int rank, int64_t max_dim) {
@@ -68,12 +75,49 @@ void random_shapes(std::mt19937_64& rng, Shape& a, Shape& b) {
 
 }  // namespace
 
-TEST_CASE("kernels: f32 matmul is registered for f32 matmul nodes only") {
+TEST_CASE("kernels: matmul is optimised for f32, f16 and bf16") {
   Graph g;
-  Tensor f32 = matmul(g.input("a", {2, 3}, DType::F32), g.input("b", {3, 4}, DType::F32));
-  Tensor f16 = matmul(g.input("c", {2, 3}, DType::F16), g.input("d", {3, 4}, DType::F16));
-  CHECK(static_cast<bool>(cpu::optimised_kernel(g, g.node(f32.id))));
-  CHECK_FALSE(static_cast<bool>(cpu::optimised_kernel(g, g.node(f16.id))));
+  for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
+    const std::string name = dtype_name(dtype);
+    Tensor m = matmul(g.input("a" + name, {2, 3}, dtype), g.input("b" + name, {3, 4}, dtype));
+    CHECK(static_cast<bool>(cpu::optimised_kernel(g, g.node(m.id))));
+  }
+}
+
+TEST_CASE("kernels: f16 and bf16 matmul match the reference, sub-boxes bitwise") {
+  // Float accumulation, one rounding to the half type at the end; the reference rounds its
+  // double sum once: they differ by at most one half-type ulp plus the float error.
+  const uint64_t seed = 13;
+  std::mt19937_64 rng(seed);
+  for (int trial = 0; trial < 30; ++trial) {
+    const DType dtype = trial % 2 == 0 ? DType::F16 : DType::BF16;
+    Shape a_shape, b_shape;
+    random_shapes(rng, a_shape, b_shape);
+    MatmulCase c;
+    build(c, a_shape, b_shape, rng, dtype);
+    CAPTURE(trial);
+    CAPTURE(dtype_name(dtype));
+    CAPTURE(shape_string(a_shape));
+    CAPTURE(shape_string(b_shape));
+    const Node& n = c.graph.node(c.out.id);
+    const Box full = Box::full(n.shape);
+    const KernelFn fast = cpu::optimised_kernel(c.graph, n);
+    const std::vector<float> got = run(c, fast, full);
+    const std::vector<float> ref = run(c, ref::reference_kernel(OpKind::Matmul), full);
+    const double ulp = dtype == DType::F16 ? std::ldexp(1.0, -10) : std::ldexp(1.0, -7);
+    for (size_t i = 0; i < got.size(); ++i)
+      if (std::fabs(got[i] - ref[i]) > 1e-6 * static_cast<double>(a_shape.back() + 1) + ulp * std::fabs(ref[i]) + 1e-7)
+        FAIL("element ", i, ": optimised ", got[i], " vs reference ", ref[i]);
+    for (int sub = 0; sub < 6; ++sub) {
+      const Box box = tessera::testing::random_box(n.shape, rng);
+      CAPTURE(box.to_string());
+      const std::vector<float> part = run(c, fast, box);
+      std::vector<float> expected;
+      const TensorView full_view = dense_view(const_cast<float*>(got.data()), DType::F32, full);
+      ref::for_each_index(box, [&](const int64_t* i) { expected.push_back(*full_view.at<const float>(i)); });
+      CHECK(std::memcmp(part.data(), expected.data(), part.size() * sizeof(float)) == 0);
+    }
+  }
 }
 
 TEST_CASE("kernels: f32 matmul matches the reference within tolerance") {
