@@ -6,21 +6,26 @@
 #
 # Usage: bash bench/run_all.sh [RESULTS_DIR] [CHART.png]
 #   defaults: bench/results and docs/performance.png. LLM_PEERS (default llama.cpp,torch) and
-#   ROUNDS (default 3 for the LLMs; the conv nets run 5) override the obvious.
-# Needs .venv/bin/python with torch, transformers, accelerate, gguf, llama-cpp-python and
-# matplotlib for the peers and the chart; a missing peer is skipped with a message.
+#   ROUNDS (default 3 for the LLMs; the conv nets run 5) override the obvious. Our LLM side runs
+#   as llama.cpp does by default: int8 activations (TESSERA_LINEAR, default int8 here) and an f16
+#   K/V cache (KV, default f16).
+# Creates .venv with the peers and matplotlib first (scripts/bench_venv.sh, ~15 minutes the
+# first time); a peer that still fails to import is skipped with a message.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-bench/results}
 chart=${2:-docs/performance.png}
 mkdir -p "$out" "$(dirname "$chart")"
-[ -f build/build.ninja ] || cmake -S . -B build -G Ninja
+bash scripts/fetch_models.sh
+bash scripts/bench_venv.sh || echo "[run_all] .venv incomplete: missing peers are skipped" >&2
+[ -f build/build.ninja ] || cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j2 --target llm_bench convnet_bench
 {
   grep -m1 "model name" /proc/cpuinfo | sed 's/.*: //'
   echo "$(nproc) cores, load average at start $(cut -d' ' -f1-3 /proc/loadavg)"
 } > "$out/machine.txt"
-./build/llm_bench --rounds "${ROUNDS:-3}" --peers "${LLM_PEERS:-llama.cpp,torch}" \
+TESSERA_LINEAR="${TESSERA_LINEAR:-int8}" ./build/llm_bench --rounds "${ROUNDS:-3}" --kv "${KV:-f16}" \
+  --peers "${LLM_PEERS:-llama.cpp,torch}" \
   models/SmolLM2-135M-Instruct.Q4_1.gguf models/gemma-3-270m-q4_k_m.gguf | tee "$out/llm.txt"
 ./build/convnet_bench | tee "$out/convnet.txt"
 echo "load average at end $(cut -d' ' -f1-3 /proc/loadavg)" >> "$out/machine.txt"
