@@ -22,20 +22,6 @@ int64_t align64(int64_t bytes) { return (bytes + 63) / 64 * 64; }
 
 }  // namespace
 
-int64_t activation_block(DType dtype) {
-  switch (dtype) {
-    case DType::Q8_0:
-    case DType::Q5_0:
-    case DType::Q4_1:
-      return 32;
-    case DType::Q4_K:
-    case DType::Q6_K:
-      return 256;
-    default:
-      return 0;
-  }
-}
-
 RowLayout::RowLayout(int64_t depth_, int64_t block_) : depth(depth_), block(block_) {
   d_offset = align64(depth);
   sums_offset = d_offset + align64(4 * (depth / block));
@@ -93,13 +79,24 @@ void unpack_block(DType dtype, const uint8_t* w, Unpacked& u) {
       u.d = u16(w);
       for (int e = 0; e < 32; ++e) u.q[e] = static_cast<uint8_t>(static_cast<int8_t>(w[2 + e]) + 128);
       return;
-    case DType::Q5_0: {
+    case DType::Q4_0:
       u.d = u16(w);
-      uint32_t qh;
-      std::memcpy(&qh, w + 2, 4);
       for (int j = 0; j < 16; ++j) {
-        u.q[j] = static_cast<uint8_t>((w[6 + j] & 0x0F) | (((qh >> j) & 1) << 4));
-        u.q[j + 16] = static_cast<uint8_t>((w[6 + j] >> 4) | (((qh >> (j + 16)) & 1) << 4));
+        u.q[j] = static_cast<uint8_t>(w[2 + j] & 0x0F);
+        u.q[j + 16] = static_cast<uint8_t>(w[2 + j] >> 4);
+      }
+      return;
+    case DType::Q5_0:
+    case DType::Q5_1: {
+      // Q5_1 has m after d; then both hold qh (bit j: bit 4 of element j) and the nibbles.
+      const int at = dtype == DType::Q5_1 ? 4 : 2;
+      u.d = u16(w);
+      if (dtype == DType::Q5_1) u.m = u16(w + 2);
+      uint32_t qh;
+      std::memcpy(&qh, w + at, 4);
+      for (int j = 0; j < 16; ++j) {
+        u.q[j] = static_cast<uint8_t>((w[at + 4 + j] & 0x0F) | (((qh >> j) & 1) << 4));
+        u.q[j + 16] = static_cast<uint8_t>((w[at + 4 + j] >> 4) | (((qh >> (j + 16)) & 1) << 4));
       }
       return;
     }
@@ -111,7 +108,10 @@ void unpack_block(DType dtype, const uint8_t* w, Unpacked& u) {
         u.q[j + 16] = static_cast<uint8_t>(w[4 + j] >> 4);
       }
       return;
-    case DType::Q4_K: {
+    case DType::Q4_K:
+    case DType::Q5_K: {
+      // Q5_K holds 32 bytes of fifth bits (bit s of byte l: element 32 s + l) before the nibbles.
+      const bool five = dtype == DType::Q5_K;
       u.d = u16(w);
       u.m = u16(w + 2);
       int scale[8], min[8];
@@ -119,8 +119,10 @@ void unpack_block(DType dtype, const uint8_t* w, Unpacked& u) {
       for (int s = 0; s < 8; ++s) {
         u.scale[s] = static_cast<int8_t>(scale[s]);
         u.min[s] = static_cast<uint8_t>(min[s]);
-        const uint8_t* chunk = w + 16 + 32 * (s / 2);
-        for (int l = 0; l < 32; ++l) u.q[32 * s + l] = static_cast<uint8_t>((chunk[l] >> (4 * (s % 2))) & 0x0F);
+        const uint8_t* chunk = w + (five ? 48 : 16) + 32 * (s / 2);
+        for (int l = 0; l < 32; ++l)
+          u.q[32 * s + l] = static_cast<uint8_t>(((chunk[l] >> (4 * (s % 2))) & 0x0F) |
+                                                 (five ? ((w[16 + l] >> s) & 1) << 4 : 0));
       }
       return;
     }
@@ -157,6 +159,16 @@ void put_nibbles(uint8_t* parts, int r, const uint8_t* q, int elements) {
       parts[64 * c + 4 * r + i] = static_cast<uint8_t>((q[8 * c + i] & 0x0F) | ((q[8 * c + 4 + i] & 0x0F) << 4));
 }
 
+// Fifth bits of `elements` values of row r: bit 4r + i of the 8 bytes of part t = bit 4 of
+// q[4t + i].
+void put_bit4(uint8_t* parts, int r, const uint8_t* q, int elements) {
+  for (int t = 0; t < elements / 4; ++t)
+    for (int i = 0; i < 4; ++i) {
+      const int bit = 4 * r + i;
+      if (q[4 * t + i] & 0x10) parts[8 * t + bit / 8] |= static_cast<uint8_t>(1 << (bit % 8));
+    }
+}
+
 // Row r's block in its panel: integer part at `ints`, scale part at `scales` (linear_q8.h).
 void put_block(DType dtype, const Unpacked& u, int r, uint8_t* ints, uint8_t* scales) {
   switch (dtype) {
@@ -165,21 +177,17 @@ void put_block(DType dtype, const Unpacked& u, int r, uint8_t* ints, uint8_t* sc
       for (int t = 0; t < 8; ++t)
         for (int i = 0; i < 4; ++i) ints[64 * t + 4 * r + i] = u.q[4 * t + i];
       return;
-    case DType::Q5_0:
-      put16(scales + 2 * r, u.d);
-      put_nibbles(ints, r, u.q, 32);
-      for (int t = 0; t < 8; ++t)
-        for (int i = 0; i < 4; ++i) {
-          const int bit = 4 * r + i;
-          if (u.q[4 * t + i] & 0x10) ints[256 + 8 * t + bit / 8] |= static_cast<uint8_t>(1 << (bit % 8));
-        }
-      return;
+    case DType::Q4_0:
     case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1:
       put16(scales + 2 * r, u.d);
-      put16(scales + 32 + 2 * r, u.m);
+      if (dtype == DType::Q4_1 || dtype == DType::Q5_1) put16(scales + 32 + 2 * r, u.m);
       put_nibbles(ints, r, u.q, 32);
+      if (dtype == DType::Q5_0 || dtype == DType::Q5_1) put_bit4(ints + 256, r, u.q, 32);
       return;
     case DType::Q4_K:
+    case DType::Q5_K:
       put16(scales + 2 * r, u.d);
       put16(scales + 32 + 2 * r, u.m);
       for (int s = 0; s < 8; ++s) {
@@ -187,6 +195,7 @@ void put_block(DType dtype, const Unpacked& u, int r, uint8_t* ints, uint8_t* sc
         scales[192 + 16 * s + r] = u.min[s];
       }
       put_nibbles(ints, r, u.q, 256);
+      if (dtype == DType::Q5_K) put_bit4(ints + 2048, r, u.q, 256);
       return;
     case DType::Q6_K:
       put16(scales + 2 * r, u.d);
@@ -247,7 +256,18 @@ int nibble(const uint8_t* parts, int r, int e) {
   return (e % 8) < 4 ? byte & 0x0F : byte >> 4;
 }
 
+// Element e's fifth bit in a fifth-bit part array of row r.
+int bit4(const uint8_t* parts, int r, int e) {
+  const int bit = 4 * r + e % 4;
+  return (parts[8 * (e / 4) + bit / 8] >> (bit % 8)) & 1;
+}
+
 float half_at(const uint8_t* p) { return half_to_float(u16(p)); }
+
+// Whether the dtype's blocks have a min (offset) term.
+constexpr bool has_min(DType dtype) {
+  return dtype == DType::Q4_1 || dtype == DType::Q5_1 || dtype == DType::Q4_K || dtype == DType::Q5_K;
+}
 
 template <DType kType>
 void micro_portable(const uint8_t* panels, int64_t stride, int count, const QRow* x, int rows, int64_t blocks,
@@ -262,25 +282,25 @@ void micro_portable(const uint8_t* panels, int64_t stride, int count, const QRow
           const uint8_t* scales = panels + g * stride + b * kScale;
           const uint8_t* ints = panels + g * stride + panel_ints_offset(kType, blocks) + b * kInt;
           int32_t sum = 0, mins = 0;
-          if constexpr (kType == DType::Q8_0 || kType == DType::Q5_0 || kType == DType::Q4_1) {
+          if constexpr (activation_block(kType) == 32) {
             const int8_t* q = a.q + 32 * b;
             for (int e = 0; e < 32; ++e) {
               int w;
               if constexpr (kType == DType::Q8_0) {
                 w = ints[64 * (e / 4) + 4 * r + e % 4] - 128;
-              } else if constexpr (kType == DType::Q5_0) {
-                const int bit = 4 * r + e % 4;
-                w = (nibble(ints, r, e) | (((ints[256 + 8 * (e / 4) + bit / 8] >> (bit % 8)) & 1) << 4)) - 16;
+              } else if constexpr (kType == DType::Q5_0 || kType == DType::Q5_1) {
+                w = (nibble(ints, r, e) | (bit4(ints + 256, r, e) << 4)) - (kType == DType::Q5_0 ? 16 : 0);
               } else {
-                w = nibble(ints, r, e);
+                w = nibble(ints, r, e) - (kType == DType::Q4_0 ? 8 : 0);
               }
               sum += w * q[e];
             }
-          } else if constexpr (kType == DType::Q4_K) {
+          } else if constexpr (kType == DType::Q4_K || kType == DType::Q5_K) {
             const int8_t* q = a.q + 256 * b;
             for (int s = 0; s < 8; ++s) {
               int32_t part = 0;
-              for (int e = 32 * s; e < 32 * s + 32; ++e) part += nibble(ints, r, e) * q[e];
+              for (int e = 32 * s; e < 32 * s + 32; ++e)
+                part += (nibble(ints, r, e) | (kType == DType::Q5_K ? bit4(ints + 2048, r, e) << 4 : 0)) * q[e];
               sum += scales[64 + 16 * s + r] * part;
               mins += scales[192 + 16 * s + r] * a.sums[8 * b + s];
             }
@@ -297,11 +317,12 @@ void micro_portable(const uint8_t* panels, int64_t stride, int count, const QRow
             }
           }
           acc = std::fma(static_cast<float>(sum), half_at(scales + 2 * r) * a.d[b], acc);
-          if constexpr (kType == DType::Q4_1) macc = std::fma(half_at(scales + 32 + 2 * r), a.scaled_sums[b], macc);
-          if constexpr (kType == DType::Q4_K)
+          if constexpr (kType == DType::Q4_1 || kType == DType::Q5_1)
+            macc = std::fma(half_at(scales + 32 + 2 * r), a.scaled_sums[b], macc);
+          if constexpr (kType == DType::Q4_K || kType == DType::Q5_K)
             macc = std::fma(-(half_at(scales + 32 + 2 * r) * a.d[b]), static_cast<float>(mins), macc);
         }
-        out[(xr * count + g) * kPanelRows + r] = kType == DType::Q4_1 || kType == DType::Q4_K ? acc + macc : acc;
+        out[(xr * count + g) * kPanelRows + r] = has_min(kType) ? acc + macc : acc;
       }
 }
 
@@ -572,12 +593,18 @@ KernelFn kernel(DType dtype, Isa isa) {
   switch (dtype) {
     case DType::Q8_0:
       return kernel_for<DType::Q8_0>(isa);
-    case DType::Q5_0:
-      return kernel_for<DType::Q5_0>(isa);
+    case DType::Q4_0:
+      return kernel_for<DType::Q4_0>(isa);
     case DType::Q4_1:
       return kernel_for<DType::Q4_1>(isa);
+    case DType::Q5_0:
+      return kernel_for<DType::Q5_0>(isa);
+    case DType::Q5_1:
+      return kernel_for<DType::Q5_1>(isa);
     case DType::Q4_K:
       return kernel_for<DType::Q4_K>(isa);
+    case DType::Q5_K:
+      return kernel_for<DType::Q5_K>(isa);
     case DType::Q6_K:
       return kernel_for<DType::Q6_K>(isa);
     default:

@@ -1,5 +1,6 @@
 // Linear with integer dot products on quantised activations (the fast path of linear.cc for the
-// block-quantised weight dtypes Q8_0, Q5_0, Q4_1, Q4_K and Q6_K).
+// block-quantised weight dtypes: all eight GGUF types of kernels/quant.h, Q8_0, Q4_0, Q4_1, Q5_0,
+// Q5_1, Q4_K, Q5_K and Q6_K).
 //
 // Activations. Each call quantises the x rows it needs, once, into int8 blocks in its scratch:
 // per block of A elements (A = 32 for the 32-element weight blocks, 256 for the K-quants) a
@@ -15,12 +16,12 @@
 //
 // Arithmetic. Per output element (x row, weight row) and weight block b in order, an exact
 // integer S_b (the block's integer weights times the q, with the K-quants' integer sub-scales):
-//   S_b = sum_k w_k q_k                                  Q8_0 (w signed), Q5_0 (w - 16), Q4_1 (w)
-//   S_b = sum_s sc_s sum_{k in s} w_k q_k                Q4_K (32-element s), Q6_K (16, w - 32)
+//   S_b = sum_k w_k q_k            Q8_0 (w signed), Q4_0 (w - 8), Q5_0 (w - 16), Q4_1 and Q5_1 (w)
+//   S_b = sum_s sc_s sum_{k in s} w_k q_k    Q4_K and Q5_K (32-element s, w), Q6_K (16, w - 32)
 // then one float sequence:
 //   acc = fma(float(S_b), d_w(b) * d_x(b), acc)
-//   Q4_1: macc = fma(m_w(b), d_x(b) * sum(q in b), macc)
-//   Q4_K: macc = fma(-(dmin_w(b) * d_x(b)), float(sum_s min_s * sum(q in s)), macc)
+//   Q4_1, Q5_1: macc = fma(m_w(b), d_x(b) * sum(q in b), macc)
+//   Q4_K, Q5_K: macc = fma(-(dmin_w(b) * d_x(b)), float(sum_s min_s * sum(q in s)), macc)
 //   out = acc (+ macc)
 // The portable, AVX2 and AVX-512 VNNI paths compute the same integers and the same float
 // operations, so they agree bit for bit, and no box, tile, panel or thread count changes a value.
@@ -44,7 +45,22 @@ namespace tessera::cpu::q8 {
 
 // Elements per activation scale for weights of `dtype` (32 or 256); 0 when the dtype has no
 // integer path.
-int64_t activation_block(DType dtype);
+constexpr int64_t activation_block(DType dtype) {
+  switch (dtype) {
+    case DType::Q8_0:
+    case DType::Q4_0:
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1:
+      return 32;
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K:
+      return 256;
+    default:
+      return 0;
+  }
+}
 
 // Where the parts of one quantised row of K elements sit in scratch (64-byte aligned parts).
 struct RowLayout {
@@ -76,22 +92,26 @@ inline QRow qrow(const std::byte* base, const RowLayout& layout) {
 // a stream through consecutive panels meets each panel's scales just before its integers).
 // Integer part of one block (byte 4r + i of a 64-byte vector belongs to row r):
 //   Q8_0 512: vector t: w(element 4t + i) + 128
-//   Q5_0 320: 4 nibble vectors | 8 x 8 bytes: bit 4r + i of part t = bit 4 of element 4t + i
-//   Q4_1 256: 4 nibble vectors
+//   Q4_0, Q4_1 256: 4 nibble vectors
+//   Q5_0, Q5_1 320: 4 nibble vectors | 8 x 8 bytes: bit 4r + i of part t = bit 4 of element 4t + i
 //   Q4_K 2048: 32 nibble vectors
+//   Q5_K 2560: 32 nibble vectors | 64 x 8 bytes of fifth bits, as Q5_0's
 //   Q6_K 3072: 32 nibble vectors (low 4 bits) | 16 vectors of the high 2 bits (vector h, byte
 //        4r + i, bits 2m, 2m + 1: element 16h + 4m + i)
 // Nibble vector c: element 8c + i in the low nibble, 8c + 4 + i in the high one.
-// Scale part: Q8_0, Q5_0 32: d[16] f16 | Q4_1 64: d[16] m[16] | Q4_K 320: d[16] dmin[16]
-//   scale[8][16] u8 min[8][16] u8 | Q6_K 288: d[16] scale[16][16] i8.
+// Scale part: Q8_0, Q4_0, Q5_0 32: d[16] f16 | Q4_1, Q5_1 64: d[16] m[16] | Q4_K, Q5_K 320:
+//   d[16] dmin[16] scale[8][16] u8 min[8][16] u8 | Q6_K 288: d[16] scale[16][16] i8.
 // Rows past the matrix are zero.
 constexpr int64_t kPanelRows = 16;
 constexpr int64_t panel_int_bytes(DType dtype) {
   switch (dtype) {
     case DType::Q8_0: return 512;
-    case DType::Q5_0: return 320;
+    case DType::Q4_0: return 256;
     case DType::Q4_1: return 256;
+    case DType::Q5_0: return 320;
+    case DType::Q5_1: return 320;
     case DType::Q4_K: return 2048;
+    case DType::Q5_K: return 2560;
     case DType::Q6_K: return 3072;
     default: return 0;
   }
@@ -99,9 +119,12 @@ constexpr int64_t panel_int_bytes(DType dtype) {
 constexpr int64_t panel_scale_bytes(DType dtype) {
   switch (dtype) {
     case DType::Q8_0: return 32;
-    case DType::Q5_0: return 32;
+    case DType::Q4_0: return 32;
     case DType::Q4_1: return 64;
+    case DType::Q5_0: return 32;
+    case DType::Q5_1: return 64;
     case DType::Q4_K: return 320;
+    case DType::Q5_K: return 320;
     case DType::Q6_K: return 288;
     default: return 0;
   }

@@ -20,7 +20,8 @@ using tessera::kernel_testing::OpFixture;
 
 namespace {
 
-constexpr DType kCovered[] = {DType::Q8_0, DType::Q5_0, DType::Q4_1, DType::Q4_K, DType::Q6_K};
+constexpr DType kCovered[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
+                              DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
 
 std::vector<cpu::Isa> all_isas() {
   std::vector<cpu::Isa> isas;
@@ -125,7 +126,7 @@ TEST_CASE("kernels: linear_q8 is chosen for the covered dtypes when TESSERA_LINE
       CHECK(bool(cpu::linear_kernel_with(c.f.graph, c.f.node(), isa, false) != cpu::q8::kernel(dtype, isa)));
     }
   }
-  CHECK(cpu::q8::activation_block(DType::Q5_K) == 0);  // not covered: the f32 path runs
+  for (DType plain : {DType::F32, DType::F16, DType::BF16}) CHECK(cpu::q8::activation_block(plain) == 0);
 }
 
 TEST_CASE("kernels: linear_q8 is within the quantisation bound and bitwise equal on every ISA") {
