@@ -447,16 +447,16 @@ void run_rows(const AttentionJob& job, int64_t begin, int64_t end) {
   AttentionRow batch[kMaxBatch];
   for (int64_t r = begin; r < end;) {
     batch[0] = make_row(r, scratch);
-    RowBatch b;
-    b.rows = batch;
-    b.count = 1;
-    b.groups = 1;
-    b.sums_stride = job.sums_stride;
     if (!job.direct || job.direct_batch == nullptr) {
       (job.direct ? job.direct_row : job.copied_row)(batch[0]);
       ++r;
       continue;
     }
+    RowBatch b;
+    b.rows = batch;
+    b.count = 1;
+    b.groups = 1;
+    b.sums_stride = job.sums_stride;
     // Following rows with as many visible keys (the other heads of this position) join it;
     // consecutive ones reading the same keys and values form a group.
     while (b.count < kMaxBatch && r + b.count < end) {
