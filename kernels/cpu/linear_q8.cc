@@ -215,35 +215,47 @@ void put_block(DType dtype, const Unpacked& u, int r, uint8_t* ints, uint8_t* sc
 
 }  // namespace
 
-int64_t panel_bytes(DType dtype, int64_t k) {
+int64_t quad_bytes(DType dtype, int64_t panels, int64_t k) {
   const int64_t block = dtype_block_size(dtype);
   if (panel_int_bytes(dtype) == 0 || block <= 0 || k % block != 0) return 0;
-  return panel_ints_offset(dtype, k / block) + k / block * panel_int_bytes(dtype);
+  return k / block * quad_block_stride(dtype, panels);
+}
+
+Quad single_panels_view(DType dtype, const uint8_t* base, int64_t k) {
+  const int64_t one = quad_bytes(dtype, 1, k);
+  return Quad{base, quad_block_stride(dtype, 1), quad_scale_area(dtype, 1), one, one};
 }
 
 int64_t packed_bytes(DType dtype, int64_t n, int64_t k) {
-  return (n + kPanelRows - 1) / kPanelRows * panel_bytes(dtype, k);
+  const int64_t panels = (n + kPanelRows - 1) / kPanelRows, per_quad = quad_panels(dtype);
+  const int64_t rest = panels % per_quad;
+  return panels / per_quad * quad_bytes(dtype, per_quad, k) + (rest != 0 ? quad_bytes(dtype, rest, k) : 0);
 }
 
 void pack_panel(DType dtype, const uint8_t* rows, int64_t row_bytes, int64_t first_lane, int64_t count, int64_t k,
-                uint8_t* panel) {
+                uint8_t* quad, int64_t panels, int64_t g) {
   const int64_t blocks = k / dtype_block_size(dtype), block_bytes = dtype_block_bytes(dtype);
-  const int64_t int_bytes = panel_int_bytes(dtype), scale_bytes = panel_scale_bytes(dtype);
+  const Quad view = quad_view(dtype, quad, panels);
+  uint8_t* scales = quad + g * panel_scale_bytes(dtype);
+  uint8_t* ints = quad + view.ints_at + g * panel_int_bytes(dtype);
   Unpacked u;
   for (int64_t r = 0; r < count; ++r)
     for (int64_t b = 0; b < blocks; ++b) {
       unpack_block(dtype, rows + r * row_bytes + b * block_bytes, u);
-      put_block(dtype, u, static_cast<int>(first_lane + r), panel + panel_ints_offset(dtype, blocks) + b * int_bytes,
-                panel + b * scale_bytes);
+      put_block(dtype, u, static_cast<int>(first_lane + r), ints + b * view.block_stride, scales + b * view.block_stride);
     }
 }
 
 void pack_weight(DType dtype, const uint8_t* w, int64_t n, int64_t k, uint8_t* dst) {
-  const int64_t row_bytes = dtype_bytes(dtype, k), one_panel = panel_bytes(dtype, k);
+  const int64_t per_quad = quad_panels(dtype);
+  const int64_t row_bytes = dtype_bytes(dtype, k), full_quad = quad_bytes(dtype, per_quad, k);
+  const int64_t panels = (n + kPanelRows - 1) / kPanelRows;
   std::memset(dst, 0, static_cast<size_t>(packed_bytes(dtype, n, k)));
-  for (int64_t p = 0; p * kPanelRows < n; ++p)
+  for (int64_t p = 0; p < panels; ++p) {
+    const int64_t quad = p / per_quad, in_quad = std::min(per_quad, panels - quad * per_quad);
     pack_panel(dtype, w + p * kPanelRows * row_bytes, row_bytes, 0, std::min(kPanelRows, n - p * kPanelRows), k,
-               dst + p * one_panel);
+               dst + quad * full_quad, in_quad, p % per_quad);
+  }
 }
 
 // ---- portable: the same integers and float operations, one output element at a time --------
@@ -270,17 +282,15 @@ constexpr bool has_min(DType dtype) {
 }
 
 template <DType kType>
-void micro_portable(const uint8_t* panels, int64_t stride, int count, const QRow* x, int rows, int64_t blocks,
-                    float* out) {
-  constexpr int64_t kInt = panel_int_bytes(kType), kScale = panel_scale_bytes(kType);
+void micro_portable(const Quad& quad, int first, int count, const QRow* x, int rows, int64_t blocks, float* out) {
   for (int xr = 0; xr < rows; ++xr)
     for (int g = 0; g < count; ++g)
       for (int r = 0; r < kPanelRows; ++r) {
         const QRow& a = x[xr];
         float acc = 0.0f, macc = 0.0f;
         for (int64_t b = 0; b < blocks; ++b) {
-          const uint8_t* scales = panels + g * stride + b * kScale;
-          const uint8_t* ints = panels + g * stride + panel_ints_offset(kType, blocks) + b * kInt;
+          const uint8_t* scales = quad.base + b * quad.block_stride + (first + g) * quad.scale_step;
+          const uint8_t* ints = quad.base + b * quad.block_stride + quad.ints_at + (first + g) * quad.int_step;
           int32_t sum = 0, mins = 0;
           if constexpr (activation_block(kType) == 32) {
             const int8_t* q = a.q + 32 * b;
@@ -495,12 +505,15 @@ TESSERA_VNNI_END
 namespace tessera::cpu::q8 {
 namespace {
 
-// `rows` x rows against `panels` consecutive panels `stride` bytes apart:
-// out[(r * panels + g) * 16 + lane].
-using MicroFn = void (*)(const uint8_t* panel, int64_t stride, int panels, const QRow* x, int rows, int64_t blocks,
-                         float* out);
-constexpr int kGroupPanels = 4;  // panels per micro call
+// `rows` x rows against panels [first, first + count) of a quad:
+// out[(r * count + g) * 16 + lane].
+using MicroFn = void (*)(const Quad& quad, int first, int count, const QRow* x, int rows, int64_t blocks, float* out);
 using QuantizeFn = void (*)(const float* x, int64_t step, const RowLayout& layout, std::byte* dst);
+
+// Scratch for the panels of one group (packed there when the backend prepared none).
+int64_t group_bytes(DType dtype, int64_t depth) {
+  return quad_panels(dtype) == 1 ? kQuadPanels * quad_bytes(dtype, 1, depth) : quad_bytes(dtype, kQuadPanels, depth);
+}
 
 template <DType kType, MicroFn kMicro, QuantizeFn kQuantize>
 absl::Status linear_q8(const KernelArgs& args) {
@@ -516,20 +529,22 @@ absl::Status linear_q8(const KernelArgs& args) {
   const int64_t weight_begin = w.extent.begin(0), weight_end = w.extent.end(0);
   const int64_t row_bytes = dtype_bytes(kType, depth);
   const int64_t blocks = depth / dtype_block_size(kType);
-  const int64_t one_panel = panel_bytes(kType, depth);
+  constexpr int64_t kPerQuad = quad_panels(kType);
+  const int64_t full_quad = quad_bytes(kType, kPerQuad, depth);
+  const int64_t all_panels = (n_total + kPanelRows - 1) / kPanelRows;
   // The backend's packed copy of the whole matrix, or panels packed here into scratch.
   const auto* packed = static_cast<const uint8_t*>(args.node.prepared);
   const RowLayout layout(depth, activation_block(kType));
   ScratchCarver carver(args.scratch);
   std::byte* quantised = carver.take<std::byte>(std::min(kChunkRows, rows.count()) * layout.row_bytes);
-  uint8_t* own_panels = packed == nullptr ? carver.take<uint8_t>(kGroupPanels * one_panel) : nullptr;
+  uint8_t* own_panels = packed == nullptr ? carver.take<uint8_t>(group_bytes(kType, depth)) : nullptr;
   if (quantised == nullptr || (packed == nullptr && own_panels == nullptr))
     return absl::InternalError("[linear] kernel scratch too small for quantised rows");
   const int64_t x_step = x.strides[last];
   const TensorView& out = args.out;
   const int64_t out_step = out.strides[last];
   int64_t index[kMaxRank];
-  alignas(64) float results[kChunkRows * kPanelRows * kGroupPanels];
+  alignas(64) float results[kChunkRows * kPanelRows * kQuadPanels];
   QRow q[kChunkRows];
   const int64_t last_panel = (n_end + kPanelRows - 1) / kPanelRows;
   for (int64_t c0 = 0; c0 < rows.count(); c0 += kChunkRows) {
@@ -541,25 +556,31 @@ absl::Status linear_q8(const KernelArgs& args) {
       kQuantize(x.at<const float>(index), x_step, layout, dst);
       q[r] = qrow(dst, layout);
     }
-    for (int64_t p = n_begin / kPanelRows; p < last_panel; p += kGroupPanels) {
-      const int count = static_cast<int>(std::min<int64_t>(kGroupPanels, last_panel - p));
+    // Groups of panels: the box's part of each quad, or up to four one-panel quads.
+    for (int64_t p = n_begin / kPanelRows; p < last_panel;) {
+      const int64_t quad = p / kPerQuad, quad_panels = std::min(kPerQuad, all_panels - quad * kPerQuad);
+      const int first = static_cast<int>(p - quad * kPerQuad);
+      const int count = static_cast<int>(
+          kPerQuad == 1 ? std::min(kQuadPanels, last_panel - p) : std::min(quad * kPerQuad + quad_panels, last_panel) - p);
       const int64_t p0 = p * kPanelRows;
-      const uint8_t* panels;
+      p += count;
+      const uint8_t* base;
       if (packed != nullptr) {
-        panels = packed + p * one_panel;
+        base = packed + quad * full_quad;
       } else {
         // Rows the view holds (the box's rows always are); the others stay zero.
-        std::memset(own_panels, 0, static_cast<size_t>(count * one_panel));
-        for (int g = 0; g < count; ++g) {
-          const int64_t g0 = p0 + g * kPanelRows;
-          const int64_t first = std::max(g0, weight_begin), end = std::min({g0 + kPanelRows, weight_end, n_total});
-          if (end > first)
-            pack_panel(kType, weights + (first - weight_begin) * row_bytes, row_bytes, first - g0, end - first, depth,
-                       own_panels + g * one_panel);
+        std::memset(own_panels, 0, static_cast<size_t>(kPerQuad == 1 ? count * full_quad : full_quad));
+        for (int g = first; g < first + count; ++g) {
+          const int64_t g0 = p0 + (g - first) * kPanelRows;
+          const int64_t lo = std::max(g0, weight_begin), hi = std::min({g0 + kPanelRows, weight_end, n_total});
+          if (hi > lo)
+            pack_panel(kType, weights + (lo - weight_begin) * row_bytes, row_bytes, lo - g0, hi - lo, depth,
+                       kPerQuad == 1 ? own_panels + g * full_quad : own_panels, quad_panels, kPerQuad == 1 ? 0 : g);
         }
-        panels = own_panels;
+        base = own_panels;
       }
-      kMicro(panels, one_panel, count, q, chunk, blocks, results);
+      const Quad view = kPerQuad == 1 ? single_panels_view(kType, base, depth) : quad_view(kType, base, quad_panels);
+      kMicro(view, first, count, q, chunk, blocks, results);
       const int64_t width = count * kPanelRows;
       const int64_t j0 = std::max(n_begin, p0), j1 = std::min(n_end, p0 + width);
       for (int r = 0; r < chunk; ++r) {
@@ -616,7 +637,7 @@ int64_t scratch_bytes(DType dtype, int64_t depth, int64_t rows) {
   const int64_t block = activation_block(dtype);
   if (block == 0 || depth % block != 0) return 0;
   return scratch_take_bytes<std::byte>(std::min(kChunkRows, rows) * RowLayout(depth, block).row_bytes) +
-         scratch_take_bytes<uint8_t>(kGroupPanels * panel_bytes(dtype, depth));
+         scratch_take_bytes<uint8_t>(group_bytes(dtype, depth));
 }
 
 }  // namespace tessera::cpu::q8

@@ -7,12 +7,12 @@
 // float scale d = amax / 127 and q = nearbyint(x * (127 / amax)); plus the integer sums of every
 // 16 and every 32 q, and each 32-sum times its block's d (the offset term of Q4_1).
 //
-// Weights. The kernel reads weights repacked into panels of 16 rows (pack_panel): per weight
-// block, the 16 rows' scales side by side and their integer values interleaved so that 64 bytes
-// hold 4 consecutive elements of each of the 16 rows, one int32 lane per row (the operand of one
-// vpdpbusd against 4 broadcast activations). The cpu backend packs a constant weight once, into
-// huge-page memory (KernelNode::prepared); without it the kernel packs each panel it needs into
-// its scratch, which gives the same bits.
+// Weights. The kernel reads weights repacked into panels of 16 rows (pack_panel), stored four
+// panels to a quad block by block: per weight block, the 16 rows' scales side by side and their
+// integer values interleaved so that 64 bytes hold 4 consecutive elements of each of the 16
+// rows, one int32 lane per row (the operand of one vpdpbusd against 4 broadcast activations).
+// The cpu backend packs a constant weight once, into huge-page memory (KernelNode::prepared);
+// without it the kernel packs the panels it needs into its scratch, which gives the same bits.
 //
 // Arithmetic. Per output element (x row, weight row) and weight block b in order, an exact
 // integer S_b (the block's integer weights times the q, with the K-quants' integer sub-scales):
@@ -87,9 +87,8 @@ inline QRow qrow(const std::byte* base, const RowLayout& layout) {
               reinterpret_cast<const float*>(base + layout.scaled_sums_offset)};
 }
 
-// Weight panels. A panel holds 16 rows: first the scale parts of its blocks, in block order,
-// padded to 64 bytes, then their integer parts (so every 64-byte integer vector is aligned, and
-// a stream through consecutive panels meets each panel's scales just before its integers).
+// Weight panels. A panel holds 16 rows; per weight block a scale part and an integer part
+// (stored in quads, below; every 64-byte integer vector is aligned).
 // Integer part of one block (byte 4r + i of a 64-byte vector belongs to row r):
 //   Q8_0 512: vector t: w(element 4t + i) + 128
 //   Q4_0, Q4_1 256: 4 nibble vectors
@@ -129,19 +128,47 @@ constexpr int64_t panel_scale_bytes(DType dtype) {
     default: return 0;
   }
 }
-// Offset of the integer parts in a panel of `blocks` blocks (after the scale parts, padded to 64).
-constexpr int64_t panel_ints_offset(DType dtype, int64_t blocks) {
-  return (blocks * panel_scale_bytes(dtype) + 63) / 64 * 64;
+// Quads. Panels are stored quad_panels(dtype) at a time (the matrix's last quad may hold
+// fewer): quad q holds its panels block by block, block b of all of them together, first their
+// scale parts side by side (padded to 64 bytes), then their integer parts side by side. Decode
+// runs four panels at once (independent chains). For the 32-element types those are one quad,
+// read as one sequential stream: a plain read loop over four separate panel streams reaches
+// ~22 GB/s on this machine where one stream reaches ~30, and their one-row decode went from
+// 20-22 to 24-27 GB/s (kernels_bench). The K-quants' blocks are 2-3 KB per panel; read as one
+// stream they reached only 10-14 GB/s, as four separate streams with a 64 KiB prefetch 15-17,
+// so their quads hold one panel each and decode runs four consecutive quads.
+constexpr int64_t kQuadPanels = 4;  // the most panels a quad holds, and panels per decode call
+constexpr int64_t quad_panels(DType dtype) { return activation_block(dtype) == 256 ? 1 : kQuadPanels; }
+constexpr int64_t quad_scale_area(DType dtype, int64_t panels) {
+  return (panels * panel_scale_bytes(dtype) + 63) / 64 * 64;
 }
-// Bytes of one panel of K elements (0 when the dtype has no panels).
-int64_t panel_bytes(DType dtype, int64_t k);
-// Bytes of the panels of an N x K matrix.
+constexpr int64_t quad_block_stride(DType dtype, int64_t panels) {
+  return quad_scale_area(dtype, panels) + panels * panel_int_bytes(dtype);
+}
+// Bytes of a quad of `panels` panels of K elements (0 when the dtype has no panels).
+int64_t quad_bytes(DType dtype, int64_t panels, int64_t k);
+// Where the block b of panel g of a group of panels sits: scales at base + b * block_stride +
+// g * scale_step, integers at base + b * block_stride + ints_at + g * int_step. A group is the
+// panels of one quad, or consecutive one-panel quads.
+struct Quad {
+  const uint8_t* base = nullptr;
+  int64_t block_stride = 0, ints_at = 0, scale_step = 0, int_step = 0;
+};
+inline Quad quad_view(DType dtype, const uint8_t* base, int64_t panels) {
+  return Quad{base, quad_block_stride(dtype, panels), quad_scale_area(dtype, panels), panel_scale_bytes(dtype),
+              panel_int_bytes(dtype)};
+}
+// Consecutive one-panel quads of K elements from `base`.
+Quad single_panels_view(DType dtype, const uint8_t* base, int64_t k);
+// Bytes of the quads of an N x K matrix.
 int64_t packed_bytes(DType dtype, int64_t n, int64_t k);
 // Packs `count` GGUF rows of K elements, `row_bytes` apart from `rows`, into lanes
-// [first_lane, first_lane + count) of one panel whose bytes start zeroed (other lanes untouched).
+// [first_lane, first_lane + count) of panel g of the quad of `panels` panels at `quad`, whose
+// bytes start zeroed (other lanes and panels untouched).
 void pack_panel(DType dtype, const uint8_t* rows, int64_t row_bytes, int64_t first_lane, int64_t count, int64_t k,
-                uint8_t* panel);
-// Packs the whole N x K matrix (packed_bytes(dtype, n, k) bytes at dst).
+                uint8_t* quad, int64_t panels, int64_t g);
+// Packs the whole N x K matrix (packed_bytes(dtype, n, k) bytes at dst): quad q at
+// q * quad_bytes(dtype, quad_panels(dtype), k).
 void pack_weight(DType dtype, const uint8_t* w, int64_t n, int64_t k, uint8_t* dst);
 
 // The eight 6-bit scales and mins of a Q4_K block from its 12 scale bytes (layout in
