@@ -365,31 +365,15 @@ struct AttentionJob {
   int64_t sums_stride = 0;       // and between their column sums (after kMaxBatch scores)
 };
 
-// The address of element `index` of a view (any plain dtype).
-const std::byte* address(const TensorView& view, const int64_t* index) {
-  return static_cast<const std::byte*>(view.data) + view.offset(index) * dtype_size(view.dtype);
-}
-
-float element(const TensorView& view, const void* base, int64_t offset) {
-  switch (view.dtype) {
-    case DType::F16:
-      return half_to_float(static_cast<const uint16_t*>(base)[offset]);
-    case DType::BF16:
-      return bf16_to_float(static_cast<const uint16_t*>(base)[offset]);
-    default:
-      return static_cast<const float*>(base)[offset];
-  }
-}
-
 // Copies `count` rows of `columns` elements starting at `index` (view strides) into dense float
 // rows (half types convert exactly).
 void copy_rows(const TensorView& view, const int64_t* index, int row_axis, int64_t count,
                int64_t columns, float* dst) {
-  const void* base = address(view, index);
+  const void* base = element_address(view, index);
   const int64_t row_step = view.strides[row_axis], col_step = view.strides[row_axis + 2];
   for (int64_t i = 0; i < count; ++i)
     for (int64_t j = 0; j < columns; ++j)
-      dst[i * columns + j] = element(view, base, i * row_step + j * col_step);
+      dst[i * columns + j] = float_at(view.dtype, base, i * row_step + j * col_step);
 }
 
 void run_rows(const AttentionJob& job, int64_t begin, int64_t end) {
@@ -423,10 +407,10 @@ void run_rows(const AttentionJob& job, int64_t begin, int64_t end) {
     kv_index[head] = h / job.group;
     if (job.direct) {
       a.q = q.at<const float>(index);
-      a.k = address(k, kv_index);
+      a.k = element_address(k, kv_index);
       a.k_stride = k.strides[row];
       kv_index[col] = j0;
-      a.v = address(v, kv_index);
+      a.v = element_address(v, kv_index);
       a.v_stride = v.strides[row];
     } else {
       float* q_copy = scores + job.scores_stride + job.sums_stride;

@@ -7,6 +7,7 @@
 // computed by the same code.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 
@@ -81,6 +82,37 @@ int64_t rms_norm_scratch_bytes(const Graph& graph, const Node& node, bool dense_
 int64_t rope_scratch_bytes(const Graph& graph, const Node& node, bool dense_views);       // norm_rope.cc
 int64_t rope_multi_scratch_bytes(const Graph& graph, const Node& node, bool dense_views);  // movement.cc
 int64_t conv2d_scratch_bytes(const Graph& graph, const Node& node, bool dense_views);     // conv2d.cc
+
+// Element i of an array of a float dtype (f32, f16, bf16) as a float; half types widen exactly.
+inline float float_at(DType dtype, const void* base, int64_t i) {
+  switch (dtype) {
+    case DType::F16:
+      return half_to_float(static_cast<const uint16_t*>(base)[i]);
+    case DType::BF16:
+      return bf16_to_float(static_cast<const uint16_t*>(base)[i]);
+    default:
+      return static_cast<const float*>(base)[i];
+  }
+}
+
+// Stores x as element i of an array of a float dtype; half types round to nearest even.
+inline void store_float(DType dtype, void* base, int64_t i, float x) {
+  switch (dtype) {
+    case DType::F16:
+      static_cast<uint16_t*>(base)[i] = float_to_half(x);
+      break;
+    case DType::BF16:
+      static_cast<uint16_t*>(base)[i] = float_to_bf16(x);
+      break;
+    default:
+      static_cast<float*>(base)[i] = x;
+  }
+}
+
+// The address of element `index` of a view of any plain dtype.
+inline const std::byte* element_address(const TensorView& view, const int64_t* index) {
+  return static_cast<const std::byte*>(view.data) + view.offset(index) * dtype_size(view.dtype);
+}
 
 // Bytes ScratchCarver::take<T>(count) uses.
 template <class T>

@@ -310,15 +310,7 @@ absl::Status binary_f32(const KernelArgs& args) {
 
 template <DType kIn, DType kOut>
 void cast_scalar(const void* x, int64_t x_step, void* y, int64_t y_step, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    float v;
-    if constexpr (kIn == DType::F32) v = static_cast<const float*>(x)[i * x_step];
-    else if constexpr (kIn == DType::F16) v = half_to_float(static_cast<const uint16_t*>(x)[i * x_step]);
-    else v = bf16_to_float(static_cast<const uint16_t*>(x)[i * x_step]);
-    if constexpr (kOut == DType::F32) static_cast<float*>(y)[i * y_step] = v;
-    else if constexpr (kOut == DType::F16) static_cast<uint16_t*>(y)[i * y_step] = float_to_half(v);
-    else static_cast<uint16_t*>(y)[i * y_step] = float_to_bf16(v);
-  }
+  for (int64_t i = 0; i < n; ++i) store_float(kOut, y, i * y_step, float_at(kIn, x, i * x_step));
 }
 
 using CastRow = void (*)(const void* x, int64_t x_step, void* y, int64_t y_step, int64_t n);

@@ -80,12 +80,17 @@ void unpack_block(DType dtype, const uint8_t* w, Unpacked& u) {
       for (int e = 0; e < 32; ++e) u.q[e] = static_cast<uint8_t>(static_cast<int8_t>(w[2 + e]) + 128);
       return;
     case DType::Q4_0:
+    case DType::Q4_1: {
+      // Q4_1 has m after d; then both hold the nibbles.
+      const int at = dtype == DType::Q4_1 ? 4 : 2;
       u.d = u16(w);
+      if (dtype == DType::Q4_1) u.m = u16(w + 2);
       for (int j = 0; j < 16; ++j) {
-        u.q[j] = static_cast<uint8_t>(w[2 + j] & 0x0F);
-        u.q[j + 16] = static_cast<uint8_t>(w[2 + j] >> 4);
+        u.q[j] = static_cast<uint8_t>(w[at + j] & 0x0F);
+        u.q[j + 16] = static_cast<uint8_t>(w[at + j] >> 4);
       }
       return;
+    }
     case DType::Q5_0:
     case DType::Q5_1: {
       // Q5_1 has m after d; then both hold qh (bit j: bit 4 of element j) and the nibbles.
@@ -100,14 +105,6 @@ void unpack_block(DType dtype, const uint8_t* w, Unpacked& u) {
       }
       return;
     }
-    case DType::Q4_1:
-      u.d = u16(w);
-      u.m = u16(w + 2);
-      for (int j = 0; j < 16; ++j) {
-        u.q[j] = static_cast<uint8_t>(w[4 + j] & 0x0F);
-        u.q[j + 16] = static_cast<uint8_t>(w[4 + j] >> 4);
-      }
-      return;
     case DType::Q4_K:
     case DType::Q5_K: {
       // Q5_K holds 32 bytes of fifth bits (bit s of byte l: element 32 s + l) before the nibbles.

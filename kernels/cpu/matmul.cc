@@ -57,31 +57,6 @@ void axpy_rows(float (*acc)[kChunk], const float* a, int64_t rows, const float* 
     for (int64_t j = 0; j < cols; ++j) acc[r][j] += a[r] * b[j * b_step];
 }
 
-// Element i of a float-typed array of `dtype` as a float (half types widen exactly).
-float widen(DType dtype, const void* base, int64_t i) {
-  switch (dtype) {
-    case DType::F16:
-      return half_to_float(static_cast<const uint16_t*>(base)[i]);
-    case DType::BF16:
-      return bf16_to_float(static_cast<const uint16_t*>(base)[i]);
-    default:
-      return static_cast<const float*>(base)[i];
-  }
-}
-
-void narrow(DType dtype, void* base, int64_t i, float x) {
-  switch (dtype) {
-    case DType::F16:
-      static_cast<uint16_t*>(base)[i] = float_to_half(x);
-      break;
-    case DType::BF16:
-      static_cast<uint16_t*>(base)[i] = float_to_bf16(x);
-      break;
-    default:
-      static_cast<float*>(base)[i] = x;
-  }
-}
-
 // Where a matmul operand's matrix starts for an output batch index (numpy broadcasting), as the
 // address of that element (of the view's dtype).
 const std::byte* matrix_origin(const TensorView& view, const Shape& shape, int out_rank,
@@ -92,7 +67,7 @@ const std::byte* matrix_origin(const TensorView& view, const Shape& shape, int o
     index[d] = shape[static_cast<size_t>(d)] == 1 ? 0 : out_index[d + offset];
   index[rank - 2] = row;
   index[rank - 1] = col;
-  return static_cast<const std::byte*>(view.data) + view.offset(index) * dtype_size(view.dtype);
+  return element_address(view, index);
 }
 
 }  // namespace
@@ -134,11 +109,11 @@ absl::Status matmul_float(const KernelArgs& args) {
         const std::byte* b_cols = matrix_origin(b, sb, rank, index, 0, n0);
         for (int64_t r = 0; r < rows; ++r) std::fill_n(acc[r], cols, 0.0f);
         for (int64_t k = 0; k < depth; ++k) {
-          for (int64_t r = 0; r < rows; ++r) a_col[r] = widen(dtype, a_rows, r * a_row_step + k * a_k_step);
+          for (int64_t r = 0; r < rows; ++r) a_col[r] = float_at(dtype, a_rows, r * a_row_step + k * a_k_step);
           if (f32) {
             axpy_rows(acc, a_col, rows, reinterpret_cast<const float*>(b_cols) + k * b_k_step, b_col_step, cols);
           } else {
-            for (int64_t j = 0; j < cols; ++j) b_row[j] = widen(dtype, b_cols, k * b_k_step + j * b_col_step);
+            for (int64_t j = 0; j < cols; ++j) b_row[j] = float_at(dtype, b_cols, k * b_k_step + j * b_col_step);
             axpy_rows(acc, a_col, rows, b_row, 1, cols);
           }
         }
@@ -146,7 +121,7 @@ absl::Status matmul_float(const KernelArgs& args) {
         index[rank - 1] = n0;
         void* c = static_cast<std::byte*>(out.data) + out.offset(index) * dtype_size(dtype);
         for (int64_t r = 0; r < rows; ++r)
-          for (int64_t j = 0; j < cols; ++j) narrow(dtype, c, r * out_row_step + j * out_col_step, acc[r][j]);
+          for (int64_t j = 0; j < cols; ++j) store_float(dtype, c, r * out_row_step + j * out_col_step, acc[r][j]);
       }
     }
   });
