@@ -273,11 +273,6 @@ int bit4(const uint8_t* parts, int r, int e) {
 
 float half_at(const uint8_t* p) { return half_to_float(u16(p)); }
 
-// Whether the dtype's blocks have a min (offset) term.
-constexpr bool has_min(DType dtype) {
-  return dtype == DType::Q4_1 || dtype == DType::Q5_1 || dtype == DType::Q4_K || dtype == DType::Q5_K;
-}
-
 template <DType kType>
 void micro_portable(const Quad& quad, int first, int count, const QRow* x, int rows, int64_t blocks, float* out) {
   for (int xr = 0; xr < rows; ++xr)

@@ -62,6 +62,11 @@ constexpr int64_t activation_block(DType dtype) {
   }
 }
 
+// Whether the dtype's blocks have a min (offset) term, accumulated apart (macc below).
+constexpr bool has_min(DType dtype) {
+  return dtype == DType::Q4_1 || dtype == DType::Q5_1 || dtype == DType::Q4_K || dtype == DType::Q5_K;
+}
+
 // Where the parts of one quantised row of K elements sit in scratch (64-byte aligned parts).
 struct RowLayout {
   RowLayout(int64_t depth, int64_t block);
