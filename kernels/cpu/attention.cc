@@ -470,7 +470,7 @@ int64_t copied_floats(int64_t longest, int64_t dim, int64_t columns) {
 // dtype), in batches by kBatch or else one at a time by kRow; other rows are copied to floats
 // one at a time and run by kCopied.
 template <bool kInPlace, BatchFn kBatch, RowFn kRow, RowFn kCopied>
-absl::Status attention_f32(const KernelArgs& args) {
+absl::Status attention_rows(const KernelArgs& args) {
   if (args.box.empty()) return absl::OkStatus();
   const Shape& q_shape = args.inputs[0].shape;
   const Shape& k_shape = args.inputs[1].shape;
@@ -527,15 +527,15 @@ KernelFn attention_kernel(const Graph& graph, const Node& node, Isa isa) {
   if (kv != DType::F32 && kv != DType::F16 && kv != DType::BF16) return nullptr;
 #if TESSERA_HAVE_AVX2_PATHS
   if (isa != Isa::Portable) {
-    if (kv == DType::F32) return attention_f32<true, batch_avx2<float>, nullptr, row_avx2>;
-    if (kv == DType::F16) return attention_f32<true, batch_avx2<uint16_t>, nullptr, row_avx2>;
-    return attention_f32<false, nullptr, nullptr, row_avx2>;
+    if (kv == DType::F32) return attention_rows<true, batch_avx2<float>, nullptr, row_avx2>;
+    if (kv == DType::F16) return attention_rows<true, batch_avx2<uint16_t>, nullptr, row_avx2>;
+    return attention_rows<false, nullptr, nullptr, row_avx2>;
   }
 #endif
   (void)isa;
-  if (kv == DType::F32) return attention_f32<true, nullptr, row_portable<float>, row_portable<float>>;
-  if (kv == DType::F16) return attention_f32<true, nullptr, row_portable<uint16_t>, row_portable<float>>;
-  return attention_f32<false, nullptr, nullptr, row_portable<float>>;
+  if (kv == DType::F32) return attention_rows<true, nullptr, row_portable<float>, row_portable<float>>;
+  if (kv == DType::F16) return attention_rows<true, nullptr, row_portable<uint16_t>, row_portable<float>>;
+  return attention_rows<false, nullptr, nullptr, row_portable<float>>;
 }
 
 }  // namespace tessera::cpu
