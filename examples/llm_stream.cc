@@ -4,7 +4,7 @@
 //
 //   llm_stream --model models/SmolLM2-135M-Instruct.Q4_1.gguf --prompt "..." [--chat]
 //              [--tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S]
-//              [--capacity C] [--kv f32|f16] [--interactive] [--edit "new prompt"] [--quiet]
+//              [--capacity C] [--threads N] [--kv f32|f16] [--interactive] [--edit "new prompt"] [--quiet]
 //              [--backend NAME]
 //
 // --interactive reads one prompt per line from stdin; each new prompt is compared with the
@@ -31,6 +31,7 @@ struct Options {
   std::string model, prompt = "What is the capital of France?", edit, backend;
   bool chat = true, interactive = false, quiet = false, smoke = false;
   int tokens = 48;
+  int threads = 0;  // 0: one per hardware thread
   double temperature = 0, top_p = 1;
   int top_k = 0;
   uint64_t seed = 1;
@@ -55,6 +56,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--temperature") o.temperature = std::stod(next());
     else if (a == "--top-k") o.top_k = std::stoi(next());
     else if (a == "--top-p") o.top_p = std::stod(next());
+    else if (a == "--threads") o.threads = std::stoi(next());
     else if (a == "--seed") o.seed = std::stoull(next());
     else if (a == "--capacity") o.capacity = std::stoll(next());
     else if (a == "--kv") {
@@ -224,6 +226,7 @@ int main(int argc, char** argv) {
     Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
     SessionOptions session_options;
     session_options.backend_name = o.backend;  // empty: the CPU backend
+    if (o.threads > 0) session_options.threads = o.threads;
     auto session = model->new_session(session_options);
     const LlmConfig& c = model->config();
     std::printf("[%s: %lld layers, dim %lld, %lld/%lld heads, vocab %lld, capacity %lld, backend %s]\n",

@@ -377,9 +377,16 @@ TESSERA_INLINE VI load_i8(const uint8_t* p) {
   return {_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))),
           _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8)))};
 }
+// 64 weight bytes, loaded in program order (see vload in linear_q8_simd.inc).
 TESSERA_INLINE VB vload(const uint8_t* p) {
-  return {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)),
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32))};
+  VB v;
+  asm volatile("vmovdqu %1, %0" : "=x"(v.a) : "m"(*reinterpret_cast<const __m256i*>(p)));
+  asm volatile("vmovdqu %1, %0" : "=x"(v.b) : "m"(*reinterpret_cast<const __m256i*>(p + 32)));
+  return v;
+}
+TESSERA_INLINE void vstore(uint8_t* p, VB v) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v.a);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + 32), v.b);
 }
 TESSERA_INLINE VB lo4(VB x) {
   const __m256i m = _mm256_set1_epi8(0x0F);
@@ -463,7 +470,13 @@ TESSERA_INLINE void vstoref(float* p, VF x) { _mm512_storeu_ps(p, x); }
 TESSERA_INLINE VF load_halves(const uint8_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
 TESSERA_INLINE VI load_u8(const uint8_t* p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
 TESSERA_INLINE VI load_i8(const uint8_t* p) { return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
-TESSERA_INLINE VB vload(const uint8_t* p) { return _mm512_loadu_si512(p); }
+// 64 weight bytes, loaded in program order (see vload in linear_q8_simd.inc).
+TESSERA_INLINE VB vload(const uint8_t* p) {
+  VB v;
+  asm volatile("vmovdqu64 %1, %0" : "=v"(v) : "m"(*reinterpret_cast<const __m512i*>(p)));
+  return v;
+}
+TESSERA_INLINE void vstore(uint8_t* p, VB v) { _mm512_storeu_si512(p, v); }
 TESSERA_INLINE VB lo4(VB x) { return _mm512_and_si512(x, _mm512_set1_epi8(0x0F)); }
 TESSERA_INLINE VB hi4(VB x) { return _mm512_and_si512(_mm512_srli_epi16(x, 4), _mm512_set1_epi8(0x0F)); }
 TESSERA_INLINE VB high2(VB h, int m) {
