@@ -27,6 +27,8 @@
 #include <ctime>
 #include <memory>
 #include <random>
+#include <immintrin.h>
+#include "kernels/cpu/linear_q8.h"
 #include <string>
 #include <vector>
 
@@ -120,6 +122,29 @@ double time_calls(F&& fn, double seconds) {
   return best;
 }
 
+// A plain read of n bytes in address order: what the memory gives one thread, to set a decode
+// kernel's streaming rate against (the same bytes it streams, in the same run).
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) uint64_t plain_read(const uint8_t* p, int64_t n) {
+  __m256i a = _mm256_setzero_si256(), b = a;
+  for (int64_t i = 0; i + 64 <= n; i += 64) {
+    a = _mm256_xor_si256(a, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i)));
+    b = _mm256_xor_si256(b, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
+  }
+  return static_cast<uint64_t>(_mm256_extract_epi64(_mm256_xor_si256(a, b), 0));
+}
+#else
+uint64_t plain_read(const uint8_t* p, int64_t n) {
+  uint64_t all = 0;
+  for (int64_t i = 0; i + 8 <= n; i += 8) {
+    uint64_t v;
+    std::memcpy(&v, p + i, 8);
+    all ^= v;
+  }
+  return all;
+}
+#endif
+
 void bench_linear(DType dtype, int64_t k, int64_t n, int64_t m, const Options& options) {
   if (!selected(options,
                 std::string("linear ") + dtype_name(dtype) + (m == 1 ? " decode" : " prefill")))
@@ -160,12 +185,33 @@ void bench_linear(DType dtype, int64_t k, int64_t n, int64_t m, const Options& o
         (void)kernel(call.with_prepared(ready));
       },
       options.quick ? 0.15 : 0.6);
+  // Decode: a plain read of the same bytes the kernel streamed (its packed copies, or the
+  // matrices themselves), timed the same way right after it.
+  double plain = 0;
+  if (m == 1 && !options.hot) {
+    const int64_t packed = cpu::q8::packed_bytes(dtype, n, k);
+    const bool own = prepared[0] != nullptr && packed > 0;
+    const int64_t span = own ? packed : matrix_bytes;
+    next = 0;
+    volatile uint64_t sink = 0;
+    const double plain_seconds = time_calls(
+        [&] {
+          const auto* p = own ? static_cast<const uint8_t*>(prepared[static_cast<size_t>(next)].get())
+                              : memory.get() + next * matrix_bytes;
+          next = (next + 1) % copies;
+          sink = sink ^ plain_read(p, span);
+        },
+        options.quick ? 0.15 : 0.6);
+    plain = static_cast<double>(span) / plain_seconds * 1e-9 * static_cast<double>(matrix_bytes) / static_cast<double>(span);
+  }
   const double flops = 2.0 * static_cast<double>(m * n * k);
   const double bytes = static_cast<double>(matrix_bytes + 4 * m * (k + n));
-  std::printf("linear %-5s K=%5lld N=%6lld M=%4lld  %9.1f us  %7.1f GFLOP/s  %6.1f GB/s\n",
+  std::printf("linear %-5s K=%5lld N=%6lld M=%4lld  %9.1f us  %7.1f GFLOP/s  %6.1f GB/s",
               dtype_name(dtype), static_cast<long long>(k), static_cast<long long>(n),
               static_cast<long long>(m), seconds * 1e6, flops / seconds * 1e-9,
               bytes / seconds * 1e-9);
+  if (plain > 0) std::printf("  (plain read %.1f GB/s: %.0f%%)", plain, 100 * bytes / seconds * 1e-9 / plain);
+  std::printf("\n");
 }
 
 // q [T, hq, d] f32, k/v [T, hkv, d] of dtype kv; computes rows [first_row, T) of every head.

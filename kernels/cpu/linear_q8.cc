@@ -470,11 +470,15 @@ TESSERA_INLINE void vstoref(float* p, VF x) { _mm512_storeu_ps(p, x); }
 TESSERA_INLINE VF load_halves(const uint8_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
 TESSERA_INLINE VI load_u8(const uint8_t* p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
 TESSERA_INLINE VI load_i8(const uint8_t* p) { return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
-// 64 weight bytes, loaded in program order (see vload in linear_q8_simd.inc).
+// 64 weight bytes, loaded in program order (see vload in linear_q8_simd.inc) as two 256-bit
+// halves: Q8_0's one-row decode streamed at 71-90% of a plain read with one 512-bit load per
+// vector, 89-104% with two (kernels_bench, alternating builds, Zen 4); the other types were at
+// 86-100% either way.
 TESSERA_INLINE VB vload(const uint8_t* p) {
-  VB v;
-  asm volatile("vmovdqu64 %1, %0" : "=v"(v) : "m"(*reinterpret_cast<const __m512i*>(p)));
-  return v;
+  __m256i a, b;
+  asm volatile("vmovdqu64 %1, %0" : "=v"(a) : "m"(*reinterpret_cast<const __m256i*>(p)));
+  asm volatile("vmovdqu64 %1, %0" : "=v"(b) : "m"(*reinterpret_cast<const __m256i*>(p + 32)));
+  return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
 }
 TESSERA_INLINE void vstore(uint8_t* p, VB v) { _mm512_storeu_si512(p, v); }
 TESSERA_INLINE VB lo4(VB x) { return _mm512_and_si512(x, _mm512_set1_epi8(0x0F)); }

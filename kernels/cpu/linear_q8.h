@@ -136,14 +136,19 @@ constexpr int64_t panel_scale_bytes(DType dtype) {
 // Quads. Panels are stored quad_panels(dtype) at a time (the matrix's last quad may hold
 // fewer): quad q holds its panels block by block, block b of all of them together, first their
 // scale parts side by side (padded to 64 bytes), then their integer parts side by side. Decode
-// runs four panels at once (independent chains). For the 32-element types those are one quad,
-// read as one sequential stream: a plain read loop over four separate panel streams reaches
-// ~22 GB/s on this machine where one stream reaches ~30, and their one-row decode went from
-// 20-22 to 24-27 GB/s (kernels_bench). The K-quants' blocks are 2-3 KB per panel; read as one
-// stream they reached only 10-14 GB/s, as four separate streams with a 64 KiB prefetch 15-17,
-// so their quads hold one panel each and decode runs four consecutive quads.
+// runs four panels at once (independent chains) and reads a four-panel quad as one sequential
+// stream, its lines in address order (linear_q8_simd.inc): a plain read loop over four
+// separate panel streams reaches ~22 GB/s on this machine where one stream reaches ~30. One-row
+// decode of the 32-element types and Q4_K streams at 85-100% of a plain read of the same bytes
+// (kernels_bench). Q5_K's fifth bits and Q6_K's high bits sit after the panel's nibbles, so
+// their integer loads go back and forth within a panel block: read as four-panel quads they
+// streamed at ~30% of a plain read, as one-panel quads (four separate streams, each block
+// prefetched 64 KiB ahead) at 55-75%, so those two keep one panel per quad and decode runs
+// four consecutive quads.
 constexpr int64_t kQuadPanels = 4;  // the most panels a quad holds, and panels per decode call
-constexpr int64_t quad_panels(DType dtype) { return activation_block(dtype) == 256 ? 1 : kQuadPanels; }
+constexpr int64_t quad_panels(DType dtype) {
+  return dtype == DType::Q5_K || dtype == DType::Q6_K ? 1 : kQuadPanels;
+}
 constexpr int64_t quad_scale_area(DType dtype, int64_t panels) {
   return (panels * panel_scale_bytes(dtype) + 63) / 64 * 64;
 }
