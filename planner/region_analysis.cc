@@ -32,6 +32,7 @@ void plan_read(const Graph& graph, NodeId target, const Box& box, const ReadStat
   if (scratch.need.size() < static_cast<size_t>(graph.size())) scratch.need.resize(static_cast<size_t>(graph.size()));
   for (NodeId id : scratch.touched) scratch.need[static_cast<size_t>(id)].clear();
   scratch.touched.clear();
+  scratch.stepped.clear();
   auto want_of = [&](NodeId id) -> Region& {
     Region& r = scratch.need[static_cast<size_t>(id)];
     if (r.empty()) {
@@ -53,31 +54,36 @@ void plan_read(const Graph& graph, NodeId target, const Box& box, const ReadStat
       if (explain != nullptr) explain->push_back(NeedEntry{id, want, Region(node.rank())});
       continue;
     }
-    // Nothing valid (transient nodes): all of the want is missing; it is not needed afterwards.
-    Region missing;
+    // What is missing replaces the want in place (nothing reads a node's want after its own
+    // visit): nothing valid (transient nodes) leaves all of it.
     if (!valid.empty()) {
-      missing = want.subtract(valid);
+      Region missing = want.subtract(valid);
       if (reused != nullptr) (*reused)[static_cast<size_t>(id)] += want.volume() - missing.volume();
+      if (explain != nullptr) explain->push_back(NeedEntry{id, want, missing});
+      want = std::move(missing);
     } else if (explain != nullptr) {
-      missing = want;
-    } else {
-      missing = std::move(want);
-      want.clear();
+      explain->push_back(NeedEntry{id, want, want});
     }
-    if (explain != nullptr) explain->push_back(NeedEntry{id, want, missing});
-    if (missing.empty()) continue;
-    missing.cap(state.max_boxes);
+    if (want.empty()) continue;
+    want.cap(state.max_boxes);
     const OpDef& def = op_def(node.kind);
     input_boxes.clear();
     for (NodeId in : node.inputs) input_boxes.push_back(Box::of_rank(graph.node(in).rank()));
-    for (const Box& b : missing.boxes()) {
+    for (const Box& b : want.boxes()) {
       def.needed(graph, node, b, std::span<Box>(input_boxes.data(), input_boxes.size()));
       for (size_t k = 0; k < node.inputs.size(); ++k)
         if (!input_boxes[k].empty()) want_of(node.inputs[k]).add(input_boxes[k]);
     }
-    steps.push_back(Step{id, std::move(missing)});
+    scratch.stepped.push_back(id);
   }
-  std::reverse(steps.begin(), steps.end());
+  // Steps in topological order, each region moved once (a Region is ~0.5 KB: building the
+  // steps backwards and reversing them was most of a decode step's planning time).
+  steps.reserve(scratch.stepped.size());
+  for (auto it = scratch.stepped.rbegin(); it != scratch.stepped.rend(); ++it) {
+    Step& step = steps.emplace_back();
+    step.node = *it;
+    step.compute = std::move(scratch.need[static_cast<size_t>(*it)]);
+  }
   if (explain != nullptr) std::reverse(explain->begin(), explain->end());
 }
 

@@ -38,6 +38,7 @@ struct NeedEntry {
 struct ReadScratch {
   std::vector<Region> need;
   std::vector<NodeId> touched;
+  std::vector<NodeId> stepped;  // nodes with a step, in the order visited (descending)
 };
 
 // Steps that make `box` of `target` (a representative) valid. A step computes exactly
