@@ -27,13 +27,15 @@
 #include <ctime>
 #include <memory>
 #include <random>
-#include <immintrin.h>
-#include "kernels/cpu/linear_q8.h"
 #include <string>
 #include <vector>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "engine/ops.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/linear_q8.h"
 #include "kernels/view.h"
 
 using namespace tessera;
@@ -187,14 +189,14 @@ void bench_linear(DType dtype, int64_t k, int64_t n, int64_t m, const Options& o
       options.quick ? 0.15 : 0.6);
   // Decode: a plain read of the same bytes the kernel streamed (its packed copies, or the
   // matrices themselves), timed the same way right after it.
-  double plain = 0;
+  double plain = 0, plain_seconds = 0;  // the plain read's rate, and its time for the same bytes
   if (m == 1 && !options.hot) {
     const int64_t packed = cpu::q8::packed_bytes(dtype, n, k);
     const bool own = prepared[0] != nullptr && packed > 0;
     const int64_t span = own ? packed : matrix_bytes;
     next = 0;
     volatile uint64_t sink = 0;
-    const double plain_seconds = time_calls(
+    plain_seconds = time_calls(
         [&] {
           const auto* p = own ? static_cast<const uint8_t*>(prepared[static_cast<size_t>(next)].get())
                               : memory.get() + next * matrix_bytes;
@@ -202,7 +204,7 @@ void bench_linear(DType dtype, int64_t k, int64_t n, int64_t m, const Options& o
           sink = sink ^ plain_read(p, span);
         },
         options.quick ? 0.15 : 0.6);
-    plain = static_cast<double>(span) / plain_seconds * 1e-9 * static_cast<double>(matrix_bytes) / static_cast<double>(span);
+    plain = static_cast<double>(span) / plain_seconds * 1e-9;
   }
   const double flops = 2.0 * static_cast<double>(m * n * k);
   const double bytes = static_cast<double>(matrix_bytes + 4 * m * (k + n));
@@ -210,7 +212,7 @@ void bench_linear(DType dtype, int64_t k, int64_t n, int64_t m, const Options& o
               dtype_name(dtype), static_cast<long long>(k), static_cast<long long>(n),
               static_cast<long long>(m), seconds * 1e6, flops / seconds * 1e-9,
               bytes / seconds * 1e-9);
-  if (plain > 0) std::printf("  (plain read %.1f GB/s: %.0f%%)", plain, 100 * bytes / seconds * 1e-9 / plain);
+  if (plain > 0) std::printf("  (plain read %.1f GB/s: %.0f%% of its rate)", plain, 100 * plain_seconds / seconds);
   std::printf("\n");
 }
 

@@ -139,7 +139,7 @@ constexpr int64_t panel_scale_bytes(DType dtype) {
 // runs four panels at once (independent chains) and reads a four-panel quad as one sequential
 // stream, its lines in address order (linear_q8_simd.inc): a plain read loop over four
 // separate panel streams reaches ~22 GB/s on this machine where one stream reaches ~30. One-row
-// decode of the 32-element types and Q4_K streams at 85-100% of a plain read of the same bytes
+// decode of the 32-element types and Q4_K streams at 80-100% of a plain read of the same bytes
 // (kernels_bench). Q5_K's fifth bits and Q6_K's high bits sit after the panel's nibbles, so
 // their integer loads go back and forth within a panel block: read as four-panel quads they
 // streamed at ~30% of a plain read, as one-panel quads (four separate streams, each block
