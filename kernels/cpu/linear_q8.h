@@ -7,10 +7,11 @@
 // float scale d = amax / 127 and q = nearbyint(x * (127 / amax)); plus the integer sums of every
 // 16 and every 32 q, and each 32-sum times its block's d (the offset term of Q4_1).
 //
-// Weights. The kernel reads weights repacked into panels of 16 rows (pack_panel), stored four
-// panels to a quad block by block: per weight block, the 16 rows' scales side by side and their
-// integer values interleaved so that 64 bytes hold 4 consecutive elements of each of the 16
-// rows, one int32 lane per row (the operand of one vpdpbusd against 4 broadcast activations).
+// Weights. The kernel reads weights repacked into panels of 16 rows (pack_panel), stored in
+// quads (four panels; one for Q5_K and Q6_K: below) block by block: per weight block, the 16
+// rows' scales side by side and their integer values interleaved so that 64 bytes hold 4
+// consecutive elements of each of the 16 rows, one int32 lane per row (the operand of one
+// vpdpbusd against 4 broadcast activations).
 // The cpu backend packs a constant weight once, into huge-page memory (KernelNode::prepared);
 // without it the kernel packs the panels it needs into its scratch, which gives the same bits.
 //
