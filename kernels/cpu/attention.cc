@@ -71,6 +71,7 @@ struct RowBatch {
   int starts[kMaxBatch + 1] = {};
   float* sums = nullptr;
   int64_t sums_stride = 0;
+  bool early_values = false;  // values are fetched during the scores (batch_rows)
 };
 
 float capped(float x, float softcap) {
@@ -227,14 +228,21 @@ float softmax_avx2(const AttentionRow& r) {
     r.scores[i] = capped(r.scores[i] * r.scale, r.softcap);
     max = std::max(max, r.scores[i]);
   }
-  // p = exp(score - max) in place; the padded tail vector runs the same exp.
+  // p = exp(score - max) in place; the padded tail vector runs the same exp (masked loads and
+  // stores only there: a masked store is slow on some cores).
   const __m256 m = _mm256_set1_ps(max);
   __m256 lanes = _mm256_setzero_ps();
-  for (i = 0; i < r.keys; i += 8) {
-    const int64_t n = std::min<int64_t>(8, r.keys - i);
-    const __m256i mask = avx2::tail_mask(n);
-    const __m256 p = avx2::exp(_mm256_sub_ps(_mm256_maskload_ps(r.scores + i, mask), m));
-    _mm256_maskstore_ps(r.scores + i, mask, p);
+  float* const scores = r.scores;
+  const int64_t keys = r.keys;
+  for (i = 0; i + 8 <= keys; i += 8) {
+    const __m256 p = avx2::exp(_mm256_sub_ps(_mm256_loadu_ps(scores + i), m));
+    _mm256_storeu_ps(scores + i, p);
+    lanes = _mm256_add_ps(lanes, p);
+  }
+  if (i < keys) {
+    const __m256i mask = avx2::tail_mask(keys - i);
+    const __m256 p = avx2::exp(_mm256_sub_ps(_mm256_maskload_ps(scores + i, mask), m));
+    _mm256_maskstore_ps(scores + i, mask, p);
     lanes = _mm256_add_ps(lanes, _mm256_and_ps(p, _mm256_castsi256_ps(mask)));
   }
   return avx2::hsum(lanes);
@@ -244,11 +252,13 @@ float softmax_avx2(const AttentionRow& r) {
 // 16 columns at a time, each V vector loaded once for all rows; row h's sums are at sums[h]
 // (padded to 16 columns). A column's chain is fma over the keys in order, its partial sum kept
 // as a float between blocks: the same bits however keys are blocked and columns chunked.
+// Columns from j_begin (earlier ones are left alone).
 template <class T, int kHeads>
-void group_weighted_avx2(const AttentionRow* rows, float* const* sums, int64_t i0, int64_t i1) {
+void group_weighted_avx2(const AttentionRow* rows, float* const* sums, int64_t i0, int64_t i1,
+                         int64_t j_begin = 0) {
   const AttentionRow& r0 = rows[0];
   const int64_t v_stride = r0.v_stride;
-  for (int64_t j0 = 0; j0 < r0.columns; j0 += 16) {
+  for (int64_t j0 = j_begin; j0 < r0.columns; j0 += 16) {
     const int64_t columns = std::min<int64_t>(16, r0.columns - j0);
     const int64_t n0 = std::min<int64_t>(8, columns), n1 = std::max<int64_t>(0, columns - 8);
     __m256 acc[kHeads][2];
@@ -301,16 +311,32 @@ void block_avx2(const RowBatch& b, int g, bool scores, int64_t i0, int64_t i1) {
   }
 }
 
+using BlockFn = void (*)(const RowBatch& b, int g, bool scores, int64_t i0, int64_t i1);
+
 // The rows of a batch (K/V elements of type T: float, or uint16_t for f16): scores block by
 // block (each block's keys read once for every row, in memory order), each row's softmax, then
-// the values block by block the same way.
-template <class T>
-void batch_avx2(const RowBatch& b) {
+// the values block by block the same way; kBlock runs one block of one group.
+// Values fetched into L2 during the scores (by kBlock, with the next block's keys) when all of
+// them take at most this many bytes; they then wait there for the weighted sums.
+constexpr int64_t kEarlyValueBytes = 256 << 10;
+
+// kEarly: kBlock fetches values during the scores when they fit kEarlyValueBytes.
+template <class T, BlockFn kBlock, bool kEarly = false>
+void batch_rows(const RowBatch& batch) {
+  RowBatch b = batch;
   const int64_t keys = b.rows[0].keys;
+  b.early_values = kEarly && keys * b.groups * b.rows[0].columns * static_cast<int64_t>(sizeof(T)) <= kEarlyValueBytes;
+  if (kEarly)  // the first block's keys (kBlock fetches each next one)
+    for (int64_t i = 0; i < std::min(keys, kKeyBlock); ++i)
+      for (int g = 0; g < b.groups; ++g) {
+        const AttentionRow& r = b.rows[b.starts[g]];
+        const char* k = static_cast<const char*>(r.k) + i * r.k_stride * static_cast<int64_t>(sizeof(T));
+        for (int64_t o = 0; o < r.dim * static_cast<int64_t>(sizeof(T)); o += 64) _mm_prefetch(k + o, _MM_HINT_T1);
+      }
   for (int64_t i0 = 0; i0 < keys; i0 += kKeyBlock)
-    for (int g = 0; g < b.groups; ++g) block_avx2<T>(b, g, true, i0, std::min(keys, i0 + kKeyBlock));
+    for (int g = 0; g < b.groups; ++g) kBlock(b, g, true, i0, std::min(keys, i0 + kKeyBlock));
   // The first block of values is fetched while the softmaxes run.
-  for (int g = 0; g < b.groups; ++g) {
+  for (int g = 0; g < b.groups && !b.early_values; ++g) {
     const AttentionRow& r = b.rows[b.starts[g]];
     const int64_t row_bytes = r.columns * static_cast<int64_t>(sizeof(T));
     for (int64_t i = 0; i < std::min(keys, kKeyBlock); ++i)
@@ -323,12 +349,17 @@ void batch_avx2(const RowBatch& b) {
     std::fill_n(b.sums + r * b.sums_stride, b.sums_stride, 0.0f);
   }
   for (int64_t i0 = 0; i0 < keys; i0 += kKeyBlock)
-    for (int g = 0; g < b.groups; ++g) block_avx2<T>(b, g, false, i0, std::min(keys, i0 + kKeyBlock));
+    for (int g = 0; g < b.groups; ++g) kBlock(b, g, false, i0, std::min(keys, i0 + kKeyBlock));
   for (int r = 0; r < b.count; ++r) {
     const AttentionRow& row = b.rows[r];
     const float* sums = b.sums + r * b.sums_stride;
     for (int64_t j = 0; j < row.columns; ++j) row.out[j * row.out_step] = sums[j] / total[r];
   }
+}
+
+template <class T>
+void batch_avx2(const RowBatch& b) {
+  batch_rows<T, block_avx2<T>>(b);
 }
 
 // One copied row (float K/V; its column sums follow its scores) as a batch of one.
@@ -342,6 +373,182 @@ void row_avx2(const AttentionRow& r) {
   batch_avx2<float>(b);
 }
 
+TESSERA_AVX2_END
+
+// ---- AVX-512 ----------------------------------------------------------------------------------
+// The AVX2 path's arithmetic, bit for bit, with AVX-512VL's 32 vector registers: a score's
+// 8-lane chain over D is the same, but eight (or four) keys' horizontal sums are done together
+// as one transposing reduction in hsum's order, and the values' column chains (fma over keys in
+// order, whatever the chunking) run 48 or 64 columns per sweep over a block's keys.
+
+TESSERA_AVX512_BEGIN
+
+// [x.lo + x.hi | y.lo + y.hi]: hsum's first step for two vectors.
+inline __m256 fold_halves(__m256 x, __m256 y) {
+  return _mm256_add_ps(_mm256_permute2f128_ps(x, y, 0x20), _mm256_permute2f128_ps(x, y, 0x31));
+}
+// Per 128-bit half, from two fold_halves results b and c: [b0 + b2, b1 + b3, c0 + c2, c1 + c3].
+inline __m256 fold_pairs(__m256 b, __m256 c) {
+  return _mm256_add_ps(_mm256_shuffle_ps(b, c, 0x44), _mm256_shuffle_ps(b, c, 0xEE));
+}
+// Per 128-bit half, from two fold_pairs results: [c0 + c1, c2 + c3, e0 + e1, e2 + e3].
+inline __m256 fold_last(__m256 c, __m256 e) {
+  return _mm256_add_ps(_mm256_shuffle_ps(c, e, 0x88), _mm256_shuffle_ps(c, e, 0xDD));
+}
+
+// Lane i = avx2::hsum(a[i]), the same additions in the same order, for eight vectors.
+inline __m256 hsum8(const __m256* a) {
+  const __m256 c0 = fold_pairs(fold_halves(a[0], a[1]), fold_halves(a[2], a[3]));
+  const __m256 c1 = fold_pairs(fold_halves(a[4], a[5]), fold_halves(a[6], a[7]));
+  // [a0 a2 a4 a6 | a1 a3 a5 a7]
+  return _mm256_permutevar8x32_ps(fold_last(c0, c1), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+// Lane i = avx2::hsum(a[i]) for four vectors.
+inline __m128 hsum4(const __m256* a) {
+  const __m256 c = fold_pairs(fold_halves(a[0], a[1]), fold_halves(a[2], a[3]));
+  // [a0 a2 a0 a2 | a1 a3 a1 a3]
+  const __m256 d = _mm256_permutevar8x32_ps(fold_last(c, c), _mm256_setr_epi32(0, 4, 1, 5, 0, 4, 1, 5));
+  return _mm256_castps256_ps128(d);
+}
+
+// Dot products of kHeads query rows with kKeys (8 or 4) keys from key i0, as group_dots_avx2.
+template <class T, int kHeads, int kKeys>
+void group_dots_avx512(const AttentionRow* rows, int64_t i0, float* const* out) {
+  const int64_t k_stride = rows[0].k_stride, dim = rows[0].dim;
+  const T* k = static_cast<const T*>(rows[0].k) + i0 * k_stride;
+  __m256 acc[kHeads][kKeys];
+#pragma GCC unroll 8
+  for (int h = 0; h < kHeads; ++h)
+#pragma GCC unroll 8
+    for (int i = 0; i < kKeys; ++i) acc[h][i] = _mm256_setzero_ps();
+  int64_t d = 0;
+  for (; d + 8 <= dim; d += 8) {
+    __m256 qv[kHeads];
+#pragma GCC unroll 8
+    for (int h = 0; h < kHeads; ++h) qv[h] = _mm256_loadu_ps(rows[h].q + d);
+#pragma GCC unroll 8
+    for (int i = 0; i < kKeys; ++i) {
+      const __m256 kv = load8(k + i * k_stride + d);
+#pragma GCC unroll 8
+      for (int h = 0; h < kHeads; ++h) acc[h][i] = _mm256_fmadd_ps(qv[h], kv, acc[h][i]);
+    }
+  }
+  if (d < dim) {
+    const __m256i mask = avx2::tail_mask(dim - d);
+    __m256 qv[kHeads];
+#pragma GCC unroll 8
+    for (int h = 0; h < kHeads; ++h) qv[h] = _mm256_maskload_ps(rows[h].q + d, mask);
+#pragma GCC unroll 8
+    for (int i = 0; i < kKeys; ++i) {
+      const __m256 kv = load_first(k + i * k_stride + d, dim - d);
+#pragma GCC unroll 8
+      for (int h = 0; h < kHeads; ++h) acc[h][i] = _mm256_fmadd_ps(qv[h], kv, acc[h][i]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int h = 0; h < kHeads; ++h) {
+    if constexpr (kKeys == 8)
+      _mm256_storeu_ps(out[h] + i0, hsum8(acc[h]));
+    else
+      _mm_storeu_ps(out[h] + i0, hsum4(acc[h]));
+  }
+}
+
+// Raw scores of keys [i0, i1), as group_scores_avx2: up to three rows take eight keys at a time
+// (24 accumulators), four rows four keys.
+template <class T, int kHeads>
+void group_scores_avx512(const AttentionRow* rows, int64_t i0, int64_t i1, bool early_values) {
+  constexpr int kCount = kHeads <= 3 ? 8 : 4;
+  float* out[kHeads];
+  for (int h = 0; h < kHeads; ++h) out[h] = rows[h].scores;
+  const int64_t k_bytes = rows[0].dim * static_cast<int64_t>(sizeof(T));
+  const int64_t k_stride = rows[0].k_stride * static_cast<int64_t>(sizeof(T));
+  const char* k = static_cast<const char*>(rows[0].k) + kKeyBlock * k_stride;
+  const int64_t v_bytes = early_values ? rows[0].columns * static_cast<int64_t>(sizeof(T)) : 0;
+  const int64_t v_stride = rows[0].v_stride * static_cast<int64_t>(sizeof(T));
+  const char* v = static_cast<const char*>(rows[0].v);
+  int64_t i = i0;
+  for (; i + kCount <= i1; i += kCount) {
+    // The same keys of the next block, and (early_values) these keys' values.
+    for (int j = 0; j < kCount; ++j) {
+      for (int64_t o = 0; o < k_bytes; o += 64) _mm_prefetch(k + (i + j) * k_stride + o, _MM_HINT_T1);
+      for (int64_t o = 0; o < v_bytes; o += 64) _mm_prefetch(v + (i + j) * v_stride + o, _MM_HINT_T1);
+    }
+    group_dots_avx512<T, kHeads, kCount>(rows, i, out);
+  }
+  for (; i < i1; ++i) group_dots_avx2<T, kHeads, 1>(rows, i, out);
+}
+
+// Adds p_i * v_i over keys [i0, i1) to the column sums of kHeads rows sharing their values, as
+// group_weighted_avx2 (the same fma per column and key, in key order), 64 columns at a time (48
+// for four rows); the columns after the last whole chunk go to group_weighted_avx2.
+template <class T, int kHeads>
+void group_weighted_avx512(const AttentionRow* rows, float* const* sums, int64_t i0, int64_t i1) {
+  constexpr int kVectors = kHeads <= 3 ? 8 : 6;
+  constexpr int64_t kChunk = 8 * kVectors;
+  constexpr int64_t kChunkBytes = kChunk * static_cast<int64_t>(sizeof(T));
+  const AttentionRow& r0 = rows[0];
+  const int64_t v_stride = r0.v_stride;
+  int64_t j0 = 0;
+  for (; j0 + kChunk <= r0.columns; j0 += kChunk) {
+    __m256 acc[kHeads][kVectors];
+#pragma GCC unroll 8
+    for (int h = 0; h < kHeads; ++h)
+#pragma GCC unroll 8
+      for (int c = 0; c < kVectors; ++c) acc[h][c] = _mm256_loadu_ps(sums[h] + j0 + 8 * c);
+    const T* v = static_cast<const T*>(r0.v) + j0 + i0 * v_stride;
+    for (int64_t i = i0; i < i1; ++i, v += v_stride) {
+      const char* next = reinterpret_cast<const char*>(v + kKeyBlock * v_stride);
+      for (int64_t o = 0; o < kChunkBytes; o += 64) _mm_prefetch(next + o, _MM_HINT_T1);
+      _mm_prefetch(next + kChunkBytes - 1, _MM_HINT_T1);
+      __m256 p[kHeads];
+#pragma GCC unroll 8
+      for (int h = 0; h < kHeads; ++h) p[h] = _mm256_set1_ps(rows[h].scores[i]);
+#pragma GCC unroll 8
+      for (int c = 0; c < kVectors; ++c) {
+        const __m256 x = load8(v + 8 * c);
+#pragma GCC unroll 8
+        for (int h = 0; h < kHeads; ++h) acc[h][c] = _mm256_fmadd_ps(p[h], x, acc[h][c]);
+      }
+    }
+#pragma GCC unroll 8
+    for (int h = 0; h < kHeads; ++h)
+#pragma GCC unroll 8
+      for (int c = 0; c < kVectors; ++c) _mm256_storeu_ps(sums[h] + j0 + 8 * c, acc[h][c]);
+  }
+  if (j0 < r0.columns) group_weighted_avx2<T, kHeads>(rows, sums, i0, i1, j0);
+}
+
+template <class T, int kHeads>
+void group_block_avx512(const RowBatch& b, int g, bool scores, int64_t i0, int64_t i1) {
+  const AttentionRow* rows = b.rows + b.starts[g];
+  if (scores) return group_scores_avx512<T, kHeads>(rows, i0, i1, b.early_values);
+  float* sums[kHeads];
+  for (int h = 0; h < kHeads; ++h) sums[h] = b.sums + (b.starts[g] + h) * b.sums_stride;
+  group_weighted_avx512<T, kHeads>(rows, sums, i0, i1);
+}
+
+template <class T>
+void block_avx512(const RowBatch& b, int g, bool scores, int64_t i0, int64_t i1) {
+  switch (b.starts[g + 1] - b.starts[g]) {
+    case 1:
+      return group_block_avx512<T, 1>(b, g, scores, i0, i1);
+    case 2:
+      return group_block_avx512<T, 2>(b, g, scores, i0, i1);
+    case 3:
+      return group_block_avx512<T, 3>(b, g, scores, i0, i1);
+    default:
+      return group_block_avx512<T, 4>(b, g, scores, i0, i1);
+  }
+}
+
+TESSERA_AVX512_END
+
+TESSERA_AVX2_BEGIN
+template <class T>
+void batch_avx512(const RowBatch& b) {
+  batch_rows<T, block_avx512<T>, true>(b);
+}
 TESSERA_AVX2_END
 #endif  // TESSERA_HAVE_AVX2_PATHS
 
@@ -526,6 +733,10 @@ KernelFn attention_kernel(const Graph& graph, const Node& node, Isa isa) {
   const DType kv = graph.node(node.inputs[1]).dtype;
   if (kv != DType::F32 && kv != DType::F16 && kv != DType::BF16) return nullptr;
 #if TESSERA_HAVE_AVX2_PATHS
+  if (isa >= Isa::Avx512) {
+    if (kv == DType::F32) return attention_rows<true, batch_avx512<float>, nullptr, row_avx2>;
+    if (kv == DType::F16) return attention_rows<true, batch_avx512<uint16_t>, nullptr, row_avx2>;
+  }
   if (isa != Isa::Portable) {
     if (kv == DType::F32) return attention_rows<true, batch_avx2<float>, nullptr, row_avx2>;
     if (kv == DType::F16) return attention_rows<true, batch_avx2<uint16_t>, nullptr, row_avx2>;
