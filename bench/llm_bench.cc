@@ -153,9 +153,19 @@ struct Figures {
   int64_t prefill_fallback = 0, decode_fallback = 0, decode_copies = 0;
 };
 
-// Greedy decode of `steps` tokens after the ids [0, t); returns seconds per token. Appends the
-// planning seconds of every step to `plan_seconds`.
-double decode(GraphSession& s, std::vector<int32_t> ids, int64_t vocab, int steps, std::vector<double>& plan_seconds) {
+// Seconds of each decode step's engine overheads: planning (region analysis and plan lookup)
+// and the write of the new id (its dirt through the graph).
+struct Overheads {
+  std::vector<double> plan, write;
+  void clear() {
+    plan.clear();
+    write.clear();
+  }
+};
+
+// Greedy decode of `steps` tokens after the ids [0, t); returns seconds per token. Appends each
+// step's overheads to `overheads`.
+double decode(GraphSession& s, std::vector<int32_t> ids, int64_t vocab, int steps, Overheads& overheads) {
   const int64_t last = static_cast<int64_t>(ids.size()) - 1;
   std::vector<float> row = s.read<float>("logits", Box{{last, last + 1}, {0, vocab}});
   double total = 0;
@@ -167,9 +177,11 @@ double decode(GraphSession& s, std::vector<int32_t> ids, int64_t vocab, int step
     ids.push_back(next);
     const double start = now_seconds();
     s.write("ids", Box{{t, t + 1}}, std::vector<int32_t>{next});
+    const double written = now_seconds();
     row = s.read<float>("logits", Box{{t, t + 1}, {0, vocab}});
     total += now_seconds() - start;
-    plan_seconds.push_back(s.stats().plan_seconds);
+    overheads.plan.push_back(s.stats().plan_seconds);
+    overheads.write.push_back(written - start);
   }
   return total / steps;
 }
@@ -184,18 +196,18 @@ double prefill(GraphSession& s, const std::vector<int32_t>& corpus, int64_t n, i
 
 // `full`: also prefill 512 and decode at 1024.
 Figures measure(GraphSession& s, const std::vector<int32_t>& corpus, int64_t vocab, int steps,
-                std::vector<double>& plan_128, std::vector<double>& plan_1024, bool full = true) {
+                Overheads& at_128, Overheads& at_1024, bool full = true) {
   Figures f;
   f.prefill128 = prefill(s, corpus, 128, vocab);
   f.prefill_fallback = s.stats().fallback_steps;
-  f.decode128 = decode(s, {corpus.begin(), corpus.begin() + 128}, vocab, steps, plan_128);
+  f.decode128 = decode(s, {corpus.begin(), corpus.begin() + 128}, vocab, steps, at_128);
   f.decode_fallback = s.stats().fallback_steps;
   f.decode_copies = s.stats().copies;
   if (!full) return f;
   f.prefill512 = prefill(s, corpus, 512, vocab);
   s.write("ids", Box{{512, 1024}}, std::vector<int32_t>(corpus.begin() + 512, corpus.begin() + 1024));
   s.read<float>("logits", Box{{1023, 1024}, {0, vocab}});
-  f.decode1024 = decode(s, {corpus.begin(), corpus.begin() + 1024}, vocab, steps, plan_1024);
+  f.decode1024 = decode(s, {corpus.begin(), corpus.begin() + 1024}, vocab, steps, at_1024);
   return f;
 }
 
@@ -416,7 +428,7 @@ int main(int argc, char** argv) {
       std::printf("%3s %-9s | %-15s | %-15s | %-15s | %-15s | %s\n", "thr", "engine", "prefill 128", "prefill 512",
                   "decode @128", "decode @1024", "decode bound");
       std::unique_ptr<GraphSession> s;
-      std::vector<double> plan_128, plan_1024;
+      Overheads at_128, at_1024;
       for (size_t t = 0; t < options.threads.size(); ++t) {
         SessionOptions session_options;
         session_options.threads = options.threads[t];
@@ -431,12 +443,12 @@ int main(int argc, char** argv) {
           running.push_back(std::make_unique<Peer>(kind.script, path, options.threads[t], options.steps));
           if (!running.back()->ready()) std::fprintf(stderr, "%s did not start\n", kind.script);
         }
-        measure(*s, corpus, vocab, 2, plan_128, plan_1024);  // warm-up: compiles the plans
-        plan_128.clear();
-        plan_1024.clear();
+        measure(*s, corpus, vocab, 2, at_128, at_1024);  // warm-up: compiles the plans
+        at_128.clear();
+        at_1024.clear();
         std::unique_ptr<GraphSession> device;  // on options.backend
         std::vector<Figures> on_device;
-        std::vector<double> device_plans;
+        Overheads device_plans;
         if (!options.backend.empty()) {
           SessionOptions device_options;
           device_options.threads = options.threads[t];
@@ -450,7 +462,7 @@ int main(int argc, char** argv) {
           loads.push_back(load_average());
           std::fprintf(stderr, "%s, %d thread(s): round %d/%d (load %.2f)\n", path.c_str(), options.threads[t],
                        round + 1, options.rounds, loads.back());
-          ours.push_back(measure(*s, corpus, vocab, options.steps, plan_128, plan_1024));
+          ours.push_back(measure(*s, corpus, vocab, options.steps, at_128, at_1024));
           if (device) on_device.push_back(measure(*device, corpus, vocab, options.steps, device_plans, device_plans, options.backend_full));
           for (size_t p = 0; p < running.size(); ++p) {
             Figures f;
@@ -487,9 +499,11 @@ int main(int argc, char** argv) {
       }
       const auto [noop_min, noop_median] = noop_reads(*s, model->keys()[0].id, 1023, 200);
       const PlanCacheStats& plans = s->stats().plans;
-      std::printf("  last session: planning per decode step %.1f us at 128, %.1f us at 1024 (median); read with "
-                  "nothing to do %.2f us min, %.2f us median; plan cache %lld hits, %lld misses, %lld plans\n",
-                  median_of(plan_128) * 1e6, median_of(plan_1024) * 1e6, noop_min * 1e6, noop_median * 1e6,
+      std::printf("  last session: planning per decode step %.1f us at 128, %.1f us at 1024 (median), its write "
+                  "%.1f us, %.1f us; read with nothing to do %.2f us min, %.2f us median; plan cache %lld hits, %lld "
+                  "misses, %lld plans\n",
+                  median_of(at_128.plan) * 1e6, median_of(at_1024.plan) * 1e6, median_of(at_128.write) * 1e6,
+                  median_of(at_1024.write) * 1e6, noop_min * 1e6, noop_median * 1e6,
                   static_cast<long long>(plans.hits), static_cast<long long>(plans.misses),
                   static_cast<long long>(plans.size));
     }

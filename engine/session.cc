@@ -363,10 +363,10 @@ void GraphSession::write(std::string_view input, const Box& box, std::span<const
   const int64_t sequence = ++write_sequence_;
   if (write_log_.size() == kWriteLogSize) write_log_.erase(write_log_.begin());
   write_log_.push_back({sequence, absl::StrCat("write #", sequence, " to '", std::string(input), "' ", box.to_string())});
-  std::vector<Region> dirty = propagate_dirt(*graph_, id, box);
-  for (NodeId k = id + 1; k < graph_->size(); ++k) {
-    const Region& d = dirty[static_cast<size_t>(k)];
-    if (d.empty()) continue;
+  propagate_dirt(*graph_, id, box, dirt_scratch_);
+  for (NodeId k : dirt_scratch_.touched) {
+    const Region& d = dirt_scratch_.dirty[static_cast<size_t>(k)];
+    if (k == id || d.empty()) continue;
     Region& valid = valid_[static_cast<size_t>(k)];
     if (!valid.empty() && valid.intersects(d.bounding_box())) {
       const int64_t before = valid.volume();

@@ -317,6 +317,7 @@ class GraphSession {
   PlanCache plans_;
   std::vector<double> hint_reuse_;  // per node, from options_.hints (empty: no hints)
   ReadScratch scratch_;
+  DirtScratch dirt_scratch_;  // of write()
   std::vector<Step> steps_;
   std::vector<NodeId> counted_;  // nodes whose per-node stats the last read set
   std::vector<KernelInput> input_views_;  // of every step of the running plan (reused)

@@ -6,13 +6,17 @@
 
 namespace tessera {
 
-std::vector<Region> propagate_dirt(const Graph& graph, NodeId input, const Box& box) {
-  std::vector<Region> dirty(static_cast<size_t>(graph.size()));
+void propagate_dirt(const Graph& graph, NodeId input, const Box& box, DirtScratch& scratch) {
+  std::vector<Region>& dirty = scratch.dirty;
+  if (dirty.size() < static_cast<size_t>(graph.size())) dirty.resize(static_cast<size_t>(graph.size()));
+  for (NodeId id : scratch.touched) dirty[static_cast<size_t>(id)].clear();
+  scratch.touched.clear();
   dirty[static_cast<size_t>(input)] = Region(box);
+  scratch.touched.push_back(input);
   // Nodes are in topological order: every input id is smaller than its consumer's id.
   for (NodeId id = input + 1; id < graph.size(); ++id) {
     const Node& node = graph.node(id);
-    Region out;
+    Region& out = dirty[static_cast<size_t>(id)];
     for (int k = 0; k < static_cast<int>(node.inputs.size()); ++k) {
       const Region& in = dirty[static_cast<size_t>(node.inputs[static_cast<size_t>(k)])];
       if (in.empty()) continue;
@@ -20,9 +24,15 @@ std::vector<Region> propagate_dirt(const Graph& graph, NodeId input, const Box& 
       const OpDef& def = op_def(node.kind);
       for (const Box& b : in.boxes()) def.forward(graph, node, k, b, out);
     }
-    dirty[static_cast<size_t>(id)] = std::move(out);
+    if (!out.empty()) scratch.touched.push_back(id);
   }
-  return dirty;
+}
+
+std::vector<Region> propagate_dirt(const Graph& graph, NodeId input, const Box& box) {
+  DirtScratch scratch;
+  propagate_dirt(graph, input, box, scratch);
+  scratch.dirty.resize(static_cast<size_t>(graph.size()));
+  return std::move(scratch.dirty);
 }
 
 void plan_read(const Graph& graph, NodeId target, const Box& box, const ReadState& state,
@@ -71,8 +81,12 @@ void plan_read(const Graph& graph, NodeId target, const Box& box, const ReadStat
     for (NodeId in : node.inputs) input_boxes.push_back(Box::of_rank(graph.node(in).rank()));
     for (const Box& b : want.boxes()) {
       def.needed(graph, node, b, std::span<Box>(input_boxes.data(), input_boxes.size()));
-      for (size_t k = 0; k < node.inputs.size(); ++k)
-        if (!input_boxes[k].empty()) want_of(node.inputs[k]).add(input_boxes[k]);
+      for (size_t k = 0; k < node.inputs.size(); ++k) {
+        const NodeId in = node.inputs[k];
+        // A fixed input (a weight, say) is never scheduled: only explain() lists its need.
+        if (input_boxes[k].empty() || (explain == nullptr && state.fixed[static_cast<size_t>(in)])) continue;
+        want_of(in).add(input_boxes[k]);
+      }
     }
     scratch.stepped.push_back(id);
   }

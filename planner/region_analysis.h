@@ -11,8 +11,19 @@
 
 namespace tessera {
 
-// Regions of every node that may change when `box` of input node `input` changes. Entries of
-// nodes not downstream of the input are empty (rank 0 or their own rank).
+// Reusable scratch of propagate_dirt, so that a write does not allocate once warm (a Region is
+// ~0.5 KB: one per node of a real model is an allocation large enough to be mapped and
+// unmapped on every write).
+struct DirtScratch {
+  std::vector<Region> dirty;    // per node; entries not in `touched` are empty
+  std::vector<NodeId> touched;  // nodes with dirt, ascending
+};
+
+// Regions of every node that may change when `box` of input node `input` changes, into
+// scratch.dirty (one entry per node): entries of nodes not downstream of the input are empty
+// (rank 0 or their own rank); scratch.touched lists the others in ascending order.
+void propagate_dirt(const Graph& graph, NodeId input, const Box& box, DirtScratch& scratch);
+// The same, returned.
 std::vector<Region> propagate_dirt(const Graph& graph, NodeId input, const Box& box);
 
 struct Step {

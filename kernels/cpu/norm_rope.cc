@@ -8,11 +8,12 @@
 //   (x * scale) * weight, two IEEE multiplies whether done in a vector or a scalar tail.
 // - rope: theta = (pos * freq_scale) * base^(-2i / n_rot) in double as the reference, cos and
 //   sin in double rounded to float, then out_a = x_a c - x_b s, out_b = x_a s + x_b c with
-//   IEEE float multiplies and adds: the same bits on every path (one implementation for all
-//   instruction sets).
+//   IEEE float multiplies and adds: the same bits on every path (the AVX2 rotation of whole
+//   contiguous rows does the same operations lane by lane).
 //
-// Scratch (the call's): rope's cos/sin table of n_rot / 2 pairs (recomputed when the row's
-// position changes); rms_norm copies a row only when x is not contiguous along its last axis.
+// Scratch (the call's): rope's cos/sin table of n_rot / 2 pairs when n_rot > 512 (smaller ones
+// use the thread's table, kept from call to call); rms_norm copies a row only when x is not
+// contiguous along its last axis.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -64,10 +65,25 @@ float sum_squares_avx2(const float* x, int64_t n) {
   }
   return avx2::hsum(acc);
 }
+
+// out[j] = (x[j] * scale) * w[j] (w null: x[j] * scale) for contiguous rows, eight at a time:
+// the scalar loop's two multiplies per element.
+void scale_row_avx2(const float* x, const float* w, float scale, float* out, int64_t n) {
+  const __m256 sv = _mm256_set1_ps(scale);
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + j), sv);
+    if (w != nullptr) v = _mm256_mul_ps(v, _mm256_loadu_ps(w + j));
+    _mm256_storeu_ps(out + j, v);
+  }
+  for (; j < n; ++j) out[j] = w != nullptr ? (x[j] * scale) * w[j] : x[j] * scale;
+}
 TESSERA_AVX2_END
 #endif
 
-template <SquaresFn kSquares>
+using ScaleRowFn = void (*)(const float* x, const float* w, float scale, float* out, int64_t n);
+
+template <SquaresFn kSquares, ScaleRowFn kScaleRow = nullptr>
 absl::Status rms_norm_f32(const KernelArgs& args) {
   const int last = args.node.rank() - 1;
   const int64_t width = args.node.shape[static_cast<size_t>(last)];
@@ -97,9 +113,11 @@ absl::Status rms_norm_f32(const KernelArgs& args) {
       const TensorView& w = args.inputs[1];
       const float* weight = w.at<const float>(&j0);
       const int64_t w_step = w.strides[0];
+      if (kScaleRow != nullptr && out_step == 1 && w_step == 1) return kScaleRow(row + j0, weight, scale, out, columns);
       for (int64_t j = 0; j < columns; ++j)
         out[j * out_step] = (row[j0 + j] * scale) * weight[j * w_step];
     } else {
+      if (kScaleRow != nullptr && out_step == 1) return kScaleRow(row + j0, nullptr, scale, out, columns);
       for (int64_t j = 0; j < columns; ++j) out[j * out_step] = row[j0 + j] * scale;
     }
   });
@@ -114,15 +132,19 @@ int64_t load_position(const TensorView& positions, int64_t t) {
   return static_cast<const int64_t*>(positions.data)[o];
 }
 
-// cos and sin of every pair at one position, in scratch memory; recomputed when the position
-// changes (rows of one t, all heads, share it). A pure function of (n_rot, base, scale, pos).
+// cos and sin of every pair at one position; recomputed when the position changes (rows of one
+// t, all heads, share it). A pure function of (n_rot, base, scale, pos).
 struct RopeTable {
   int64_t n_rot = 0, position = -1;
   double base = 0, freq_scale = 0;
   double* inverse = nullptr;  // base^(-2i / n_rot)
-  float* cos_sin = nullptr;   // cos, sin of pair i at 2i, 2i + 1
+  float* cos = nullptr;       // of pair i
+  float* sin = nullptr;
   bool filled = false;
 
+  bool same_attrs(int64_t rot, double b, double scale) const {
+    return inverse != nullptr && n_rot == rot && base == b && freq_scale == scale;
+  }
   void update(int64_t pos) {
     const int64_t half = n_rot / 2;
     if (!filled) {
@@ -133,57 +155,128 @@ struct RopeTable {
     }
     for (int64_t i = 0; i < half; ++i) {
       const double theta = static_cast<double>(pos) * freq_scale * inverse[i];
-      cos_sin[2 * i] = static_cast<float>(std::cos(theta));
-      cos_sin[2 * i + 1] = static_cast<float>(std::sin(theta));
+      cos[i] = static_cast<float>(std::cos(theta));
+      sin[i] = static_cast<float>(std::sin(theta));
     }
     filled = true;
     position = pos;
   }
 };
 
+// The thread's last table, for n_rot up to 2 * kCachedPairs: every rope node of a decode step
+// (two per layer) rotates the same position with the same attributes, so a step computes the
+// table once per thread instead of once per node. The values are those a fresh table gives.
+constexpr int64_t kCachedPairs = 256;
+struct RopeCache {
+  alignas(64) double inverse[kCachedPairs];
+  alignas(64) float cos[kCachedPairs];
+  alignas(64) float sin[kCachedPairs];
+  RopeTable table;
+};
+thread_local RopeCache t_rope_cache;
+
+// One row's columns [j0, j0 + columns) from its input row (element steps in_step, out_step).
+void rotate_row_scalar(const RopeTable& t, bool split, const float* in, int64_t in_step, float* out, int64_t out_step,
+                       int64_t j0, int64_t columns) {
+  const int64_t n_rot = t.n_rot, half = n_rot / 2;
+  for (int64_t j = j0; j < j0 + columns; ++j) {
+    float value;
+    if (j >= n_rot) {
+      value = in[j * in_step];
+    } else {
+      const bool first = split ? j < half : j % 2 == 0;
+      const int64_t pair = split ? (first ? j : j - half) : j / 2;
+      const int64_t partner = split ? (first ? j + half : j - half) : (first ? j + 1 : j - 1);
+      const float c = t.cos[pair], s = t.sin[pair];
+      const float self = in[j * in_step], other = in[partner * in_step];
+      value = first ? self * c - other * s : other * s + self * c;
+    }
+    out[(j - j0) * out_step] = value;
+  }
+}
+
+using RotateFn = bool (*)(const RopeTable& t, bool split, const float* in, float* out);
+
+#if TESSERA_HAVE_AVX2_PATHS
+TESSERA_AVX2_BEGIN
+// Columns [0, n_rot) of a contiguous row, eight at a time, with rotate_row_scalar's products
+// and sums lane by lane (interleaved pairs: addsub gives the first element of a pair
+// x_a c - x_b s and the second x_b c + x_a s, the same sum in the other order); false when
+// n_rot does not split into whole vectors (the caller then runs the scalar loop).
+bool rotate_row_avx2(const RopeTable& t, bool split, const float* in, float* out) {
+  const int64_t n_rot = t.n_rot, half = n_rot / 2;
+  if (split) {
+    if (half % 8 != 0) return false;
+    for (int64_t i = 0; i < half; i += 8) {
+      const __m256 a = _mm256_loadu_ps(in + i), b = _mm256_loadu_ps(in + i + half);
+      const __m256 c = _mm256_loadu_ps(t.cos + i), s = _mm256_loadu_ps(t.sin + i);
+      _mm256_storeu_ps(out + i, _mm256_sub_ps(_mm256_mul_ps(a, c), _mm256_mul_ps(b, s)));
+      _mm256_storeu_ps(out + i + half, _mm256_add_ps(_mm256_mul_ps(a, s), _mm256_mul_ps(b, c)));
+    }
+    return true;
+  }
+  if (n_rot % 8 != 0) return false;
+  const __m256i dup = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
+  for (int64_t j = 0; j < n_rot; j += 8) {
+    const __m256 x = _mm256_loadu_ps(in + j);
+    const __m256 c = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_loadu_ps(t.cos + j / 2)), dup);
+    const __m256 s = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_loadu_ps(t.sin + j / 2)), dup);
+    const __m256 swapped = _mm256_permute_ps(x, 0xB1);  // [x_b, x_a] per pair
+    _mm256_storeu_ps(out + j, _mm256_addsub_ps(_mm256_mul_ps(x, c), _mm256_mul_ps(swapped, s)));
+  }
+  return true;
+}
+TESSERA_AVX2_END
+#endif
+
+template <RotateFn kRotate = nullptr>
 absl::Status rope_f32(const KernelArgs& args) {
   const int rank = args.node.rank(), last = rank - 1;
   const RopeAttrs& a = args.node.attrs_as<RopeAttrs>();
   const int64_t n_rot = a.n_rot, half = n_rot / 2;
   const bool split = a.mode == RopeMode::HalfSplit;
-  const double base = a.base, freq_scale = a.freq_scale;
   const TensorView& x = args.inputs[0];
   const int64_t j0 = args.box.begin(last), columns = args.box.extent(last);
   const bool rotates = j0 < n_rot;  // pass-through columns never read the positions
-  RopeTable table;
-  if (rotates) {
+  RopeTable local;
+  RopeTable* table = &local;
+  if (rotates && half <= kCachedPairs) {
+    RopeCache& cache = t_rope_cache;
+    if (!cache.table.same_attrs(n_rot, a.base, a.freq_scale)) {
+      cache.table = RopeTable{};
+      cache.table.n_rot = n_rot;
+      cache.table.base = a.base;
+      cache.table.freq_scale = a.freq_scale;
+      cache.table.inverse = cache.inverse;
+      cache.table.cos = cache.cos;
+      cache.table.sin = cache.sin;
+    }
+    table = &cache.table;
+  } else if (rotates) {
     ScratchCarver carver(args.scratch);
-    table.n_rot = n_rot;
-    table.base = base;
-    table.freq_scale = freq_scale;
-    table.inverse = carver.take<double>(half);
-    table.cos_sin = carver.take<float>(2 * half);
-    if (table.inverse == nullptr || table.cos_sin == nullptr)
+    local.n_rot = n_rot;
+    local.base = a.base;
+    local.freq_scale = a.freq_scale;
+    local.inverse = carver.take<double>(half);
+    local.cos = carver.take<float>(half);
+    local.sin = carver.take<float>(half);
+    if (local.inverse == nullptr || local.cos == nullptr || local.sin == nullptr)
       return absl::InternalError("[rope] kernel scratch too small");
   }
+  const int64_t in_step = x.strides[last], out_step = args.out.strides[last];
+  // Whole contiguous rows run the vector rotation, then copy their pass-through columns.
+  const bool whole_rows = kRotate != nullptr && j0 == 0 && columns >= n_rot && in_step == 1 && out_step == 1;
   for_rows(args.box, [&](int64_t* index) {
-    if (rotates) table.update(load_position(args.inputs[1], index[rank - 3]));
-    const float* cos_sin = table.cos_sin;
+    if (rotates) table->update(load_position(args.inputs[1], index[rank - 3]));
     index[last] = 0;
     const float* in = x.at<const float>(index);
-    const int64_t in_step = x.strides[last];
     index[last] = j0;
     float* out = args.out.at<float>(index);
-    const int64_t out_step = args.out.strides[last];
-    for (int64_t j = j0; j < j0 + columns; ++j) {
-      float value;
-      if (j >= n_rot) {
-        value = in[j * in_step];
-      } else {
-        const bool first = split ? j < half : j % 2 == 0;
-        const int64_t pair = split ? (first ? j : j - half) : j / 2;
-        const int64_t partner = split ? (first ? j + half : j - half) : (first ? j + 1 : j - 1);
-        const float c = cos_sin[2 * pair], s = cos_sin[2 * pair + 1];
-        const float self = in[j * in_step], other = in[partner * in_step];
-        value = first ? self * c - other * s : other * s + self * c;
-      }
-      out[(j - j0) * out_step] = value;
+    if (whole_rows && kRotate(*table, split, in, out)) {
+      if (columns > n_rot) std::copy(in + n_rot, in + columns, out + n_rot);
+      return;
     }
+    rotate_row_scalar(*table, split, in, in_step, out, out_step, j0, columns);
   });
   return absl::OkStatus();
 }
@@ -195,7 +288,7 @@ KernelFn rms_norm_kernel(const Graph& graph, const Node& node, Isa isa) {
     if (graph.node(in).dtype != DType::F32) return nullptr;
   if (node.rank() < 1) return nullptr;
 #if TESSERA_HAVE_AVX2_PATHS
-  if (isa != Isa::Portable) return rms_norm_f32<sum_squares_avx2>;
+  if (isa != Isa::Portable) return rms_norm_f32<sum_squares_avx2, scale_row_avx2>;
 #endif
   (void)isa;
   return rms_norm_f32<sum_squares_portable>;
@@ -207,11 +300,17 @@ int64_t rms_norm_scratch_bytes(const Graph&, const Node& node, bool dense_views)
 
 int64_t rope_scratch_bytes(const Graph&, const Node& node, bool) {
   const int64_t half = node.attrs_as<RopeAttrs>().n_rot / 2;
-  return scratch_take_bytes<double>(half) + scratch_take_bytes<float>(2 * half);
+  if (half <= kCachedPairs) return 0;  // the thread's table
+  return scratch_take_bytes<double>(half) + 2 * scratch_take_bytes<float>(half);
 }
 
-KernelFn rope_kernel(const Graph&, const Node& node, Isa) {
-  return node.dtype == DType::F32 ? rope_f32 : nullptr;
+KernelFn rope_kernel(const Graph&, const Node& node, Isa isa) {
+  if (node.dtype != DType::F32) return nullptr;
+#if TESSERA_HAVE_AVX2_PATHS
+  if (isa != Isa::Portable) return rope_f32<rotate_row_avx2>;
+#endif
+  (void)isa;
+  return rope_f32<>;
 }
 
 }  // namespace tessera::cpu

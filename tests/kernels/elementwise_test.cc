@@ -1,7 +1,9 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <memory>
 #include <random>
 
 #include "tests/kernels/kernel_fixture.h"
@@ -207,6 +209,73 @@ TEST_CASE("kernels: rope matches the reference and is box-independent") {
     for (cpu::Isa isa : kernel_testing::test_isas()) {
       kernel_testing::check_close(f, isa, [](int64_t, double) { return 1e-6; });
       kernel_testing::check_sub_boxes(f, isa, rng, 6);
+    }
+  }
+}
+
+TEST_CASE("kernels: rope and rms_norm give the same bits on every path") {
+  // The AVX2 rope rotates whole contiguous rows eight lanes at a time and keeps its cos/sin
+  // table per thread between calls; rms_norm scales contiguous rows eight at a time. Both must
+  // give the portable path's bits: real head sizes in both modes (rows long enough for the
+  // vector loops), partial rotation, and nodes of different attributes run alternately (the
+  // thread's table must follow them).
+  if (!cpu::isa_supported(cpu::Isa::Avx2)) {
+    MESSAGE("skipped: this CPU has no AVX2");
+    return;
+  }
+  std::mt19937_64 rng(46);
+  struct Case {
+    int64_t heads, d, n_rot;
+    RopeMode mode;
+    double base;
+  };
+  std::vector<std::unique_ptr<OpFixture>> fixtures;
+  for (const Case& c : {Case{9, 64, 64, RopeMode::Interleaved, 10000.0}, Case{4, 256, 256, RopeMode::HalfSplit, 1e6},
+                        Case{3, 64, 32, RopeMode::HalfSplit, 10000.0}, Case{2, 80, 48, RopeMode::Interleaved, 500.0},
+                        Case{2, 24, 24, RopeMode::HalfSplit, 10000.0}}) {
+    auto f = std::make_unique<OpFixture>();
+    Tensor x = f->graph.input("x", {5, c.heads, c.d}, DType::F32);
+    Tensor positions = f->graph.input("pos", {5}, DType::I32);
+    f->out = rope(x, positions, c.n_rot, c.base, c.mode, 1.0);
+    f->prepare(rng, {{-2.0, 2.0}, {0, 4000}});
+    fixtures.push_back(std::move(f));
+  }
+  for (int round = 0; round < 2; ++round)
+    for (const auto& f : fixtures) {
+      CAPTURE(shape_string(f->node().shape));
+      const Box full = Box::full(f->node().shape);
+      const std::vector<float> vector = f->run(f->optimised(cpu::Isa::Avx2), full);
+      const std::vector<float> scalar = f->run(f->optimised(cpu::Isa::Portable), full);
+      CHECK(std::memcmp(vector.data(), scalar.data(), vector.size() * sizeof(float)) == 0);
+      // One row alone (a decode step) after the others.
+      const Box row{{4, 5}, {0, f->node().shape[1]}, {0, f->node().shape[2]}};
+      const std::vector<float> one = f->run(f->optimised(cpu::Isa::Avx2), row);
+      CHECK(std::memcmp(one.data(), scalar.data() + 4 * one.size(), one.size() * sizeof(float)) == 0);
+    }
+  // rms_norm: the sums of squares differ between paths (FMA against multiply then add), the
+  // scaling must not: on the same x, the weighted output is the unweighted one times w, one
+  // float product per element, on each path.
+  for (int64_t width : {576, 640, 20, 7}) {
+    for (cpu::Isa isa : kernel_testing::test_isas()) {
+      CAPTURE(width);
+      const std::string isa_label = cpu::isa_name(isa);
+      CAPTURE(isa_label);
+      OpFixture plain, weighted;
+      std::mt19937_64 same(47);
+      plain.out = rms_norm(plain.graph.input("x", {3, width}, DType::F32), Tensor{}, 1e-6);
+      plain.prepare(same);
+      same.seed(47);
+      const Tensor wx = weighted.graph.input("x", {3, width}, DType::F32);  // x first: filled first
+      weighted.out = rms_norm(wx, weighted.graph.input("w", {width}, DType::F32), 1e-6);
+      weighted.prepare(same);
+      const Box full = Box::full(plain.node().shape);
+      const std::vector<float> y = plain.run(plain.optimised(isa), full);
+      const std::vector<float> yw = weighted.run(weighted.optimised(isa), full);
+      const float* w = static_cast<const float*>(weighted.views[1].data);
+      int mismatches = 0;
+      for (size_t i = 0; i < y.size(); ++i)
+        if (!(yw[i] == y[i] * w[i % static_cast<size_t>(width)])) ++mismatches;
+      CHECK(mismatches == 0);
     }
   }
 }
