@@ -149,20 +149,22 @@ void put16(uint8_t* p, uint16_t v) {
   p[1] = static_cast<uint8_t>(v >> 8);
 }
 
-// Nibble parts of `elements` values of row r: part c, byte 4r + i = q[8c + i] | q[8c + 4 + i] << 4.
-void put_nibbles(uint8_t* parts, int r, const uint8_t* q, int elements) {
+// Nibble vectors of `elements` values of row r in a block's integer part `ints`: vector c, byte
+// 4r + i = q[8c + i] | q[8c + 4 + i] << 4.
+void put_nibbles(DType dtype, uint8_t* ints, int r, const uint8_t* q, int elements) {
   for (int c = 0; c < elements / 8; ++c)
     for (int i = 0; i < 4; ++i)
-      parts[64 * c + 4 * r + i] = static_cast<uint8_t>((q[8 * c + i] & 0x0F) | ((q[8 * c + 4 + i] & 0x0F) << 4));
+      ints[nibble_vector_at(dtype, c) + 4 * r + i] =
+          static_cast<uint8_t>((q[8 * c + i] & 0x0F) | ((q[8 * c + 4 + i] & 0x0F) << 4));
 }
 
 // Fifth bits of `elements` values of row r: bit 4r + i of the 8 bytes of part t = bit 4 of
 // q[4t + i].
-void put_bit4(uint8_t* parts, int r, const uint8_t* q, int elements) {
+void put_bit4(DType dtype, uint8_t* ints, int r, const uint8_t* q, int elements) {
   for (int t = 0; t < elements / 4; ++t)
     for (int i = 0; i < 4; ++i) {
       const int bit = 4 * r + i;
-      if (q[4 * t + i] & 0x10) parts[8 * t + bit / 8] |= static_cast<uint8_t>(1 << (bit % 8));
+      if (q[4 * t + i] & 0x10) ints[bit4_part_at(dtype, t) + bit / 8] |= static_cast<uint8_t>(1 << (bit % 8));
     }
 }
 
@@ -180,8 +182,8 @@ void put_block(DType dtype, const Unpacked& u, int r, uint8_t* ints, uint8_t* sc
     case DType::Q5_1:
       put16(scales + 2 * r, u.d);
       if (dtype == DType::Q4_1 || dtype == DType::Q5_1) put16(scales + 32 + 2 * r, u.m);
-      put_nibbles(ints, r, u.q, 32);
-      if (dtype == DType::Q5_0 || dtype == DType::Q5_1) put_bit4(ints + 256, r, u.q, 32);
+      put_nibbles(dtype, ints, r, u.q, 32);
+      if (dtype == DType::Q5_0 || dtype == DType::Q5_1) put_bit4(dtype, ints, r, u.q, 32);
       return;
     case DType::Q4_K:
     case DType::Q5_K:
@@ -191,18 +193,18 @@ void put_block(DType dtype, const Unpacked& u, int r, uint8_t* ints, uint8_t* sc
         scales[64 + 16 * s + r] = static_cast<uint8_t>(u.scale[s]);
         scales[192 + 16 * s + r] = u.min[s];
       }
-      put_nibbles(ints, r, u.q, 256);
-      if (dtype == DType::Q5_K) put_bit4(ints + 2048, r, u.q, 256);
+      put_nibbles(dtype, ints, r, u.q, 256);
+      if (dtype == DType::Q5_K) put_bit4(dtype, ints, r, u.q, 256);
       return;
     case DType::Q6_K:
       put16(scales + 2 * r, u.d);
       for (int j = 0; j < 16; ++j) scales[32 + 16 * j + r] = static_cast<uint8_t>(u.scale[j]);
-      put_nibbles(ints, r, u.q, 256);
+      put_nibbles(dtype, ints, r, u.q, 256);
       for (int h = 0; h < 16; ++h)
         for (int i = 0; i < 4; ++i) {
           uint8_t bits = 0;
           for (int m = 0; m < 4; ++m) bits = static_cast<uint8_t>(bits | (((u.q[16 * h + 4 * m + i] >> 4) & 3) << (2 * m)));
-          ints[2048 + 64 * h + 4 * r + i] = bits;
+          ints[high_vector_at(h) + 4 * r + i] = bits;
         }
       return;
     default:
@@ -218,13 +220,8 @@ int64_t quad_bytes(DType dtype, int64_t panels, int64_t k) {
   return k / block * quad_block_stride(dtype, panels);
 }
 
-Quad single_panels_view(DType dtype, const uint8_t* base, int64_t k) {
-  const int64_t one = quad_bytes(dtype, 1, k);
-  return Quad{base, quad_block_stride(dtype, 1), quad_scale_area(dtype, 1), one, one};
-}
-
 int64_t packed_bytes(DType dtype, int64_t n, int64_t k) {
-  const int64_t panels = (n + kPanelRows - 1) / kPanelRows, per_quad = quad_panels(dtype);
+  const int64_t panels = (n + kPanelRows - 1) / kPanelRows, per_quad = kQuadPanels;
   const int64_t rest = panels % per_quad;
   return panels / per_quad * quad_bytes(dtype, per_quad, k) + (rest != 0 ? quad_bytes(dtype, rest, k) : 0);
 }
@@ -244,7 +241,7 @@ void pack_panel(DType dtype, const uint8_t* rows, int64_t row_bytes, int64_t fir
 }
 
 void pack_weight(DType dtype, const uint8_t* w, int64_t n, int64_t k, uint8_t* dst) {
-  const int64_t per_quad = quad_panels(dtype);
+  const int64_t per_quad = kQuadPanels;
   const int64_t row_bytes = dtype_bytes(dtype, k), full_quad = quad_bytes(dtype, per_quad, k);
   const int64_t panels = (n + kPanelRows - 1) / kPanelRows;
   std::memset(dst, 0, static_cast<size_t>(packed_bytes(dtype, n, k)));
@@ -259,16 +256,16 @@ void pack_weight(DType dtype, const uint8_t* w, int64_t n, int64_t k, uint8_t* d
 
 namespace {
 
-// Element e's integer in a nibble part array (linear_q8.h) of row r.
-int nibble(const uint8_t* parts, int r, int e) {
-  const uint8_t byte = parts[64 * (e / 8) + 4 * r + (e % 4)];
+// Element e's nibble in a block's integer part `ints` (linear_q8.h) of row r.
+int nibble(DType dtype, const uint8_t* ints, int r, int e) {
+  const uint8_t byte = ints[nibble_vector_at(dtype, e / 8) + 4 * r + (e % 4)];
   return (e % 8) < 4 ? byte & 0x0F : byte >> 4;
 }
 
-// Element e's fifth bit in a fifth-bit part array of row r.
-int bit4(const uint8_t* parts, int r, int e) {
+// Element e's fifth bit in a block's integer part of row r.
+int bit4(DType dtype, const uint8_t* ints, int r, int e) {
   const int bit = 4 * r + e % 4;
-  return (parts[8 * (e / 4) + bit / 8] >> (bit % 8)) & 1;
+  return (ints[bit4_part_at(dtype, e / 4) + bit / 8] >> (bit % 8)) & 1;
 }
 
 float half_at(const uint8_t* p) { return half_to_float(u16(p)); }
@@ -291,9 +288,9 @@ void micro_portable(const Quad& quad, int first, int count, const QRow* x, int r
               if constexpr (kType == DType::Q8_0) {
                 w = ints[64 * (e / 4) + 4 * r + e % 4] - 128;
               } else if constexpr (kType == DType::Q5_0 || kType == DType::Q5_1) {
-                w = (nibble(ints, r, e) | (bit4(ints + 256, r, e) << 4)) - (kType == DType::Q5_0 ? 16 : 0);
+                w = (nibble(kType, ints, r, e) | (bit4(kType, ints, r, e) << 4)) - (kType == DType::Q5_0 ? 16 : 0);
               } else {
-                w = nibble(ints, r, e) - (kType == DType::Q4_0 ? 8 : 0);
+                w = nibble(kType, ints, r, e) - (kType == DType::Q4_0 ? 8 : 0);
               }
               sum += w * q[e];
             }
@@ -302,7 +299,7 @@ void micro_portable(const Quad& quad, int first, int count, const QRow* x, int r
             for (int s = 0; s < 8; ++s) {
               int32_t part = 0;
               for (int e = 32 * s; e < 32 * s + 32; ++e)
-                part += (nibble(ints, r, e) | (kType == DType::Q5_K ? bit4(ints + 2048, r, e) << 4 : 0)) * q[e];
+                part += (nibble(kType, ints, r, e) | (kType == DType::Q5_K ? bit4(kType, ints, r, e) << 4 : 0)) * q[e];
               sum += scales[64 + 16 * s + r] * part;
               mins += scales[192 + 16 * s + r] * a.sums[8 * b + s];
             }
@@ -312,8 +309,8 @@ void micro_portable(const Quad& quad, int first, int count, const QRow* x, int r
               int32_t part = 0;
               for (int e = 16 * j; e < 16 * j + 16; ++e) {
                 const int m = (e % 16) / 4, i = e % 4;
-                const int high = (ints[2048 + 64 * j + 4 * r + i] >> (2 * m)) & 3;
-                part += ((nibble(ints, r, e) | (high << 4)) - 32) * q[e];
+                const int high = (ints[high_vector_at(j) + 4 * r + i] >> (2 * m)) & 3;
+                part += ((nibble(kType, ints, r, e) | (high << 4)) - 32) * q[e];
               }
               sum += static_cast<int8_t>(scales[32 + 16 * j + r]) * part;
             }
@@ -519,10 +516,8 @@ namespace {
 using MicroFn = void (*)(const Quad& quad, int first, int count, const QRow* x, int rows, int64_t blocks, float* out);
 using QuantizeFn = void (*)(const float* x, int64_t step, const RowLayout& layout, std::byte* dst);
 
-// Scratch for the panels of one group (packed there when the backend prepared none).
-int64_t group_bytes(DType dtype, int64_t depth) {
-  return quad_panels(dtype) == 1 ? kQuadPanels * quad_bytes(dtype, 1, depth) : quad_bytes(dtype, kQuadPanels, depth);
-}
+// Scratch for the panels of one quad (packed there when the backend prepared none).
+int64_t group_bytes(DType dtype, int64_t depth) { return quad_bytes(dtype, kQuadPanels, depth); }
 
 template <DType kType, MicroFn kMicro, QuantizeFn kQuantize>
 absl::Status linear_q8(const KernelArgs& args) {
@@ -538,7 +533,7 @@ absl::Status linear_q8(const KernelArgs& args) {
   const int64_t weight_begin = w.extent.begin(0), weight_end = w.extent.end(0);
   const int64_t row_bytes = dtype_bytes(kType, depth);
   const int64_t blocks = depth / dtype_block_size(kType);
-  constexpr int64_t kPerQuad = quad_panels(kType);
+  constexpr int64_t kPerQuad = kQuadPanels;
   const int64_t full_quad = quad_bytes(kType, kPerQuad, depth);
   const int64_t all_panels = (n_total + kPanelRows - 1) / kPanelRows;
   // The backend's packed copy of the whole matrix, or panels packed here into scratch.
@@ -565,12 +560,11 @@ absl::Status linear_q8(const KernelArgs& args) {
       kQuantize(x.at<const float>(index), x_step, layout, dst);
       q[r] = qrow(dst, layout);
     }
-    // Groups of panels: the box's part of each quad, or up to four one-panel quads.
+    // The box's part of each quad.
     for (int64_t p = n_begin / kPanelRows; p < last_panel;) {
       const int64_t quad = p / kPerQuad, quad_panels = std::min(kPerQuad, all_panels - quad * kPerQuad);
       const int first = static_cast<int>(p - quad * kPerQuad);
-      const int count = static_cast<int>(
-          kPerQuad == 1 ? std::min(kQuadPanels, last_panel - p) : std::min(quad * kPerQuad + quad_panels, last_panel) - p);
+      const int count = static_cast<int>(std::min(quad * kPerQuad + quad_panels, last_panel) - p);
       const int64_t p0 = p * kPanelRows;
       p += count;
       const uint8_t* base;
@@ -578,17 +572,17 @@ absl::Status linear_q8(const KernelArgs& args) {
         base = packed + quad * full_quad;
       } else {
         // Rows the view holds (the box's rows always are); the others stay zero.
-        std::memset(own_panels, 0, static_cast<size_t>(kPerQuad == 1 ? count * full_quad : full_quad));
+        std::memset(own_panels, 0, static_cast<size_t>(full_quad));
         for (int g = first; g < first + count; ++g) {
           const int64_t g0 = p0 + (g - first) * kPanelRows;
           const int64_t lo = std::max(g0, weight_begin), hi = std::min({g0 + kPanelRows, weight_end, n_total});
           if (hi > lo)
             pack_panel(kType, weights + (lo - weight_begin) * row_bytes, row_bytes, lo - g0, hi - lo, depth,
-                       kPerQuad == 1 ? own_panels + g * full_quad : own_panels, quad_panels, kPerQuad == 1 ? 0 : g);
+                       own_panels, quad_panels, g);
         }
         base = own_panels;
       }
-      const Quad view = kPerQuad == 1 ? single_panels_view(kType, base, depth) : quad_view(kType, base, quad_panels);
+      const Quad view = quad_view(kType, base, quad_panels);
       kMicro(view, first, count, q, chunk, blocks, results);
       const int64_t width = count * kPanelRows;
       const int64_t j0 = std::max(n_begin, p0), j1 = std::min(n_end, p0 + width);

@@ -8,7 +8,7 @@
 // 16 and every 32 q, and each 32-sum times its block's d (the offset term of Q4_1).
 //
 // Weights. The kernel reads weights repacked into panels of 16 rows (pack_panel), stored in
-// quads (four panels; one for Q5_K and Q6_K: below) block by block: per weight block, the 16
+// quads of four panels (below) block by block: per weight block, the 16
 // rows' scales side by side and their integer values interleaved so that 64 bytes hold 4
 // consecutive elements of each of the 16 rows, one int32 lane per row (the operand of one
 // vpdpbusd against 4 broadcast activations).
@@ -100,10 +100,12 @@ inline QRow qrow(const std::byte* base, const RowLayout& layout) {
 //   Q4_0, Q4_1 256: 4 nibble vectors
 //   Q5_0, Q5_1 320: 4 nibble vectors | 8 x 8 bytes: bit 4r + i of part t = bit 4 of element 4t + i
 //   Q4_K 2048: 32 nibble vectors
-//   Q5_K 2560: 32 nibble vectors | 64 x 8 bytes of fifth bits, as Q5_0's
-//   Q6_K 3072: 32 nibble vectors (low 4 bits) | 16 vectors of the high 2 bits (vector h, byte
-//        4r + i, bits 2m, 2m + 1: element 16h + 4m + i)
-// Nibble vector c: element 8c + i in the low nibble, 8c + 4 + i in the high one.
+//   Q5_K 2560: per 32 elements s (at 320 s), as one Q5_0 block: 4 nibble vectors | 8 x 8 bytes
+//        of fifth bits
+//   Q6_K 3072: per 16 elements h (at 192 h): the vector of their high 2 bits (byte 4r + i, bits
+//        2m, 2m + 1: element 16h + 4m + i) | nibble vectors 2h, 2h + 1 (low 4 bits)
+// Nibble vector c: element 8c + i in the low nibble, 8c + 4 + i in the high one. Every part a
+// block's decode reads is stored in the order it reads them (nibble_vector_at, bit4_part_at).
 // Scale part: Q8_0, Q4_0, Q5_0 32: d[16] f16 | Q4_1, Q5_1 64: d[16] m[16] | Q4_K, Q5_K 320:
 //   d[16] dmin[16] scale[8][16] u8 min[8][16] u8 | Q6_K 288: d[16] scale[16][16] i8.
 // Rows past the matrix are zero.
@@ -134,22 +136,33 @@ constexpr int64_t panel_scale_bytes(DType dtype) {
     default: return 0;
   }
 }
-// Quads. Panels are stored quad_panels(dtype) at a time (the matrix's last quad may hold
+// Byte offset of nibble vector c in a block's integer part.
+constexpr int64_t nibble_vector_at(DType dtype, int64_t c) {
+  if (dtype == DType::Q5_K) return 320 * (c / 4) + 64 * (c % 4);
+  if (dtype == DType::Q6_K) return 192 * (c / 2) + 64 + 64 * (c % 2);
+  return 64 * c;
+}
+// Byte offset of fifth-bit part t (8 bytes: bit 4r + i = bit 4 of element 4t + i of row r) in a
+// block's integer part (Q5_0, Q5_1, Q5_K).
+constexpr int64_t bit4_part_at(DType dtype, int64_t t) {
+  if (dtype == DType::Q5_K) return 320 * (t / 8) + 256 + 8 * (t % 8);
+  return 256 + 8 * t;
+}
+// Byte offset of Q6_K's high-bits vector h.
+constexpr int64_t high_vector_at(int64_t h) { return 192 * h; }
+
+// Quads. Panels are stored four at a time (the matrix's last quad may hold
 // fewer): quad q holds its panels block by block, block b of all of them together, first their
 // scale parts side by side (padded to 64 bytes), then their integer parts side by side. Decode
 // runs four panels at once (independent chains) and reads a four-panel quad as one sequential
 // stream, its lines in address order (linear_q8_simd.inc): a plain read loop over four
 // separate panel streams reaches ~22 GB/s on this machine where one stream reaches ~30. One-row
 // decode of the 32-element types and Q4_K streams at 80-100% of a plain read of the same bytes
-// (kernels_bench). Q5_K's fifth bits and Q6_K's high bits sit after the panel's nibbles, so
-// their integer loads go back and forth within a panel block: read as four-panel quads they
-// streamed at ~30% of a plain read, as one-panel quads (four separate streams, each block
-// prefetched 64 KiB ahead) at 55-75%, so those two keep one panel per quad and decode runs
-// four consecutive quads.
+// (kernels_bench). Q5_K's and Q6_K's extra bits sit beside the nibbles they complete, so their
+// blocks are read in address order too (with those bits after all of a panel's nibbles, as
+// four-panel quads they streamed at ~30% of a plain read, as one-panel quads prefetched 64 KiB
+// ahead at 55-75%).
 constexpr int64_t kQuadPanels = 4;  // the most panels a quad holds, and panels per decode call
-constexpr int64_t quad_panels(DType dtype) {
-  return dtype == DType::Q5_K || dtype == DType::Q6_K ? 1 : kQuadPanels;
-}
 constexpr int64_t quad_scale_area(DType dtype, int64_t panels) {
   return (panels * panel_scale_bytes(dtype) + 63) / 64 * 64;
 }
@@ -158,9 +171,8 @@ constexpr int64_t quad_block_stride(DType dtype, int64_t panels) {
 }
 // Bytes of a quad of `panels` panels of K elements (0 when the dtype has no panels).
 int64_t quad_bytes(DType dtype, int64_t panels, int64_t k);
-// Where the block b of panel g of a group of panels sits: scales at base + b * block_stride +
-// g * scale_step, integers at base + b * block_stride + ints_at + g * int_step. A group is the
-// panels of one quad, or consecutive one-panel quads.
+// Where the block b of panel g of a quad sits: scales at base + b * block_stride +
+// g * scale_step, integers at base + b * block_stride + ints_at + g * int_step.
 struct Quad {
   const uint8_t* base = nullptr;
   int64_t block_stride = 0, ints_at = 0, scale_step = 0, int_step = 0;
@@ -169,8 +181,6 @@ inline Quad quad_view(DType dtype, const uint8_t* base, int64_t panels) {
   return Quad{base, quad_block_stride(dtype, panels), quad_scale_area(dtype, panels), panel_scale_bytes(dtype),
               panel_int_bytes(dtype)};
 }
-// Consecutive one-panel quads of K elements from `base`.
-Quad single_panels_view(DType dtype, const uint8_t* base, int64_t k);
 // Bytes of the quads of an N x K matrix.
 int64_t packed_bytes(DType dtype, int64_t n, int64_t k);
 // Packs `count` GGUF rows of K elements, `row_bytes` apart from `rows`, into lanes
@@ -179,7 +189,7 @@ int64_t packed_bytes(DType dtype, int64_t n, int64_t k);
 void pack_panel(DType dtype, const uint8_t* rows, int64_t row_bytes, int64_t first_lane, int64_t count, int64_t k,
                 uint8_t* quad, int64_t panels, int64_t g);
 // Packs the whole N x K matrix (packed_bytes(dtype, n, k) bytes at dst): quad q at
-// q * quad_bytes(dtype, quad_panels(dtype), k).
+// q * quad_bytes(dtype, kQuadPanels, k).
 void pack_weight(DType dtype, const uint8_t* w, int64_t n, int64_t k, uint8_t* dst);
 
 // The eight 6-bit scales and mins of a Q4_K block from its 12 scale bytes (layout in
