@@ -42,6 +42,12 @@ class Box {
     return b;
   }
   static Box of_rank(int rank);  // every dimension [0, 0): empty
+  // Becomes Box::of_rank(rank) in place (writes only the first `rank` dimensions: cheaper than
+  // assigning a new box in a hot loop).
+  void reset(int rank) {
+    rank_ = rank;
+    for (int i = 0; i < rank; ++i) dims_[i] = Interval();
+  }
 
   int rank() const { return rank_; }
   const Interval& operator[](int i) const { return dims_[i]; }

@@ -443,3 +443,26 @@ TEST_CASE("regions: subtract_box pieces are disjoint and exact") {
   CHECK(pieces[1] == Box{{0, 1}});
   CHECK(pieces[2] == Box{{2, 4}});
 }
+
+TEST_CASE("regions: Box::reset and Region::swap") {
+  Box b{{3, 9}, {1, 4}, {0, 7}};
+  b.reset(2);
+  CHECK(b == Box::of_rank(2));
+  CHECK(b.empty());
+  b.reset(0);
+  CHECK(b.rank() == 0);
+  // A region with more boxes than the inline storage holds, swapped with an inline one and
+  // with an empty one of another rank: each takes the other's boxes and rank.
+  Region many(2), one(Box{{0, 2}, {0, 2}}), none(3);
+  for (int64_t i = 0; i < 6; ++i) many.add(Box{{4 * i, 4 * i + 1}, {0, 1}});
+  const Region many_copy = many, one_copy = one;
+  many.swap(one);
+  CHECK(many == one_copy);
+  CHECK(one == many_copy);
+  CHECK(one.boxes().size() == 6);
+  one.swap(none);
+  CHECK(one.empty());
+  CHECK(one.rank() == 3);
+  CHECK(none == many_copy);
+  CHECK(none.rank() == 2);
+}
