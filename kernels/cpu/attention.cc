@@ -287,29 +287,41 @@ void group_weighted_avx2(const AttentionRow* rows, float* const* sums, int64_t i
   }
 }
 
-// One key block [i0, i1) of group g of a batch: its scores, or its values' sums.
-template <class T, int kHeads>
-void group_block_avx2(const RowBatch& b, int g, bool scores, int64_t i0, int64_t i1) {
+// One key block [i0, i1) of group g of a batch: its scores, or its values' sums, with the group
+// functions of a path (Path::scores and Path::weighted for kHeads rows).
+template <class T, int kHeads, class Path>
+void group_block(const RowBatch& b, int g, bool scores, int64_t i0, int64_t i1) {
   const AttentionRow* rows = b.rows + b.starts[g];
-  if (scores) return group_scores_avx2<T, kHeads>(rows, i0, i1);
+  if (scores) return Path::template scores<T, kHeads>(rows, i0, i1, b);
   float* sums[kHeads];
   for (int h = 0; h < kHeads; ++h) sums[h] = b.sums + (b.starts[g] + h) * b.sums_stride;
-  group_weighted_avx2<T, kHeads>(rows, sums, i0, i1);
+  Path::template weighted<T, kHeads>(rows, sums, i0, i1);
 }
 
-template <class T>
-void block_avx2(const RowBatch& b, int g, bool scores, int64_t i0, int64_t i1) {
+template <class T, class Path>
+void block(const RowBatch& b, int g, bool scores, int64_t i0, int64_t i1) {
   switch (b.starts[g + 1] - b.starts[g]) {
     case 1:
-      return group_block_avx2<T, 1>(b, g, scores, i0, i1);
+      return group_block<T, 1, Path>(b, g, scores, i0, i1);
     case 2:
-      return group_block_avx2<T, 2>(b, g, scores, i0, i1);
+      return group_block<T, 2, Path>(b, g, scores, i0, i1);
     case 3:
-      return group_block_avx2<T, 3>(b, g, scores, i0, i1);
+      return group_block<T, 3, Path>(b, g, scores, i0, i1);
     default:
-      return group_block_avx2<T, 4>(b, g, scores, i0, i1);
+      return group_block<T, 4, Path>(b, g, scores, i0, i1);
   }
 }
+
+struct Avx2Groups {
+  template <class T, int kHeads>
+  static void scores(const AttentionRow* rows, int64_t i0, int64_t i1, const RowBatch&) {
+    group_scores_avx2<T, kHeads>(rows, i0, i1);
+  }
+  template <class T, int kHeads>
+  static void weighted(const AttentionRow* rows, float* const* sums, int64_t i0, int64_t i1) {
+    group_weighted_avx2<T, kHeads>(rows, sums, i0, i1);
+  }
+};
 
 using BlockFn = void (*)(const RowBatch& b, int g, bool scores, int64_t i0, int64_t i1);
 
@@ -359,7 +371,7 @@ void batch_rows(const RowBatch& batch) {
 
 template <class T>
 void batch_avx2(const RowBatch& b) {
-  batch_rows<T, block_avx2<T>>(b);
+  batch_rows<T, block<T, Avx2Groups>>(b);
 }
 
 // One copied row (float K/V; its column sums follow its scores) as a batch of one.
@@ -519,27 +531,20 @@ void group_weighted_avx512(const AttentionRow* rows, float* const* sums, int64_t
   if (j0 < r0.columns) group_weighted_avx2<T, kHeads>(rows, sums, i0, i1, j0);
 }
 
-template <class T, int kHeads>
-void group_block_avx512(const RowBatch& b, int g, bool scores, int64_t i0, int64_t i1) {
-  const AttentionRow* rows = b.rows + b.starts[g];
-  if (scores) return group_scores_avx512<T, kHeads>(rows, i0, i1, b.early_values);
-  float* sums[kHeads];
-  for (int h = 0; h < kHeads; ++h) sums[h] = b.sums + (b.starts[g] + h) * b.sums_stride;
-  group_weighted_avx512<T, kHeads>(rows, sums, i0, i1);
-}
+struct Avx512Groups {
+  template <class T, int kHeads>
+  static void scores(const AttentionRow* rows, int64_t i0, int64_t i1, const RowBatch& b) {
+    group_scores_avx512<T, kHeads>(rows, i0, i1, b.early_values);
+  }
+  template <class T, int kHeads>
+  static void weighted(const AttentionRow* rows, float* const* sums, int64_t i0, int64_t i1) {
+    group_weighted_avx512<T, kHeads>(rows, sums, i0, i1);
+  }
+};
 
 template <class T>
 void block_avx512(const RowBatch& b, int g, bool scores, int64_t i0, int64_t i1) {
-  switch (b.starts[g + 1] - b.starts[g]) {
-    case 1:
-      return group_block_avx512<T, 1>(b, g, scores, i0, i1);
-    case 2:
-      return group_block_avx512<T, 2>(b, g, scores, i0, i1);
-    case 3:
-      return group_block_avx512<T, 3>(b, g, scores, i0, i1);
-    default:
-      return group_block_avx512<T, 4>(b, g, scores, i0, i1);
-  }
+  block<T, Avx512Groups>(b, g, scores, i0, i1);
 }
 
 TESSERA_AVX512_END
