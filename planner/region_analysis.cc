@@ -8,23 +8,36 @@ namespace tessera {
 
 void propagate_dirt(const Graph& graph, NodeId input, const Box& box, DirtScratch& scratch) {
   std::vector<Region>& dirty = scratch.dirty;
-  if (dirty.size() < static_cast<size_t>(graph.size())) dirty.resize(static_cast<size_t>(graph.size()));
-  for (NodeId id : scratch.touched) dirty[static_cast<size_t>(id)].clear();
+  std::vector<uint8_t>& listed = scratch.listed;
+  if (dirty.size() < static_cast<size_t>(graph.size())) {
+    dirty.resize(static_cast<size_t>(graph.size()));
+    listed.resize(static_cast<size_t>(graph.size()), 0);
+  }
+  for (NodeId id : scratch.touched) {
+    dirty[static_cast<size_t>(id)].clear();
+    listed[static_cast<size_t>(id)] = 0;
+  }
   scratch.touched.clear();
+  scratch.touched.push_back(input);  // listed before its dirt is set (see below)
+  listed[static_cast<size_t>(input)] = 1;
   dirty[static_cast<size_t>(input)] = Region(box);
-  scratch.touched.push_back(input);
   // Nodes are in topological order: every input id is smaller than its consumer's id.
   for (NodeId id = input + 1; id < graph.size(); ++id) {
     const Node& node = graph.node(id);
-    Region& out = dirty[static_cast<size_t>(id)];
     for (int k = 0; k < static_cast<int>(node.inputs.size()); ++k) {
-      const Region& in = dirty[static_cast<size_t>(node.inputs[static_cast<size_t>(k)])];
-      if (in.empty()) continue;
+      const size_t in_id = static_cast<size_t>(node.inputs[static_cast<size_t>(k)]);
+      if (!listed[in_id] || dirty[in_id].empty()) continue;
+      const Region& in = dirty[in_id];
+      Region& out = dirty[static_cast<size_t>(id)];
+      // Listed before any dirt is added: the next call clears it, even after a throw.
+      if (!listed[static_cast<size_t>(id)]) {
+        scratch.touched.push_back(id);
+        listed[static_cast<size_t>(id)] = 1;
+      }
       if (out.rank() != node.rank()) out = Region(node.rank());
       const OpDef& def = op_def(node.kind);
       for (const Box& b : in.boxes()) def.forward(graph, node, k, b, out);
     }
-    if (!out.empty()) scratch.touched.push_back(id);
   }
 }
 
@@ -39,15 +52,22 @@ void plan_read(const Graph& graph, NodeId target, const Box& box, const ReadStat
                ReadScratch& scratch, std::vector<Step>& steps, std::vector<int64_t>* reused,
                std::vector<NeedEntry>* explain) {
   steps.clear();
-  if (scratch.need.size() < static_cast<size_t>(graph.size())) scratch.need.resize(static_cast<size_t>(graph.size()));
-  for (NodeId id : scratch.touched) scratch.need[static_cast<size_t>(id)].clear();
+  if (scratch.need.size() < static_cast<size_t>(graph.size())) {
+    scratch.need.resize(static_cast<size_t>(graph.size()));
+    scratch.wanted.resize(static_cast<size_t>(graph.size()), 0);
+  }
+  for (NodeId id : scratch.touched) {
+    scratch.need[static_cast<size_t>(id)].clear();
+    scratch.wanted[static_cast<size_t>(id)] = 0;
+  }
   scratch.touched.clear();
   scratch.stepped.clear();
   auto want_of = [&](NodeId id) -> Region& {
     Region& r = scratch.need[static_cast<size_t>(id)];
-    if (r.empty()) {
+    if (!scratch.wanted[static_cast<size_t>(id)]) {
       if (r.rank() != graph.node(id).rank()) r = Region(graph.node(id).rank());
       scratch.touched.push_back(id);
+      scratch.wanted[static_cast<size_t>(id)] = 1;
     }
     return r;
   };
@@ -56,6 +76,7 @@ void plan_read(const Graph& graph, NodeId target, const Box& box, const ReadStat
   // Consumers have larger ids than their inputs: walking down from the target visits every
   // node after all of its readers have added their need.
   for (NodeId id = target; id >= 0; --id) {
+    if (!scratch.wanted[static_cast<size_t>(id)]) continue;
     Region& want = scratch.need[static_cast<size_t>(id)];
     if (want.empty()) continue;
     const Node& node = graph.node(id);

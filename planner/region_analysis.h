@@ -16,12 +16,15 @@ namespace tessera {
 // unmapped on every write).
 struct DirtScratch {
   std::vector<Region> dirty;    // per node; entries not in `touched` are empty
-  std::vector<NodeId> touched;  // nodes with dirt, ascending
+  std::vector<NodeId> touched;  // nodes that may have dirt (every node with dirt), ascending
+  std::vector<uint8_t> listed;  // per node: 1 when in `touched` (a byte is cheaper to test than
+                                // a Region's header, which a decode step finds evicted)
 };
 
 // Regions of every node that may change when `box` of input node `input` changes, into
 // scratch.dirty (one entry per node): entries of nodes not downstream of the input are empty
-// (rank 0 or their own rank); scratch.touched lists the others in ascending order.
+// (rank 0 or their own rank); scratch.touched lists, in ascending order, every node with dirt
+// (and may list some whose dirt is empty).
 void propagate_dirt(const Graph& graph, NodeId input, const Box& box, DirtScratch& scratch);
 // The same, returned.
 std::vector<Region> propagate_dirt(const Graph& graph, NodeId input, const Box& box);
@@ -48,6 +51,7 @@ struct NeedEntry {
 // Reusable scratch so that a read does not allocate once warm.
 struct ReadScratch {
   std::vector<Region> need;
+  std::vector<uint8_t> wanted;  // per node: 1 when in `touched` (cheaper to test than need's header)
   std::vector<NodeId> touched;
   std::vector<NodeId> stepped;  // nodes with a step, in the order visited (descending)
 };

@@ -104,8 +104,10 @@ inline QRow qrow(const std::byte* base, const RowLayout& layout) {
 //        of fifth bits
 //   Q6_K 3072: per 16 elements h (at 192 h): the vector of their high 2 bits (byte 4r + i, bits
 //        2m, 2m + 1: element 16h + 4m + i) | nibble vectors 2h, 2h + 1 (low 4 bits)
-// Nibble vector c: element 8c + i in the low nibble, 8c + 4 + i in the high one. Every part a
-// block's decode reads is stored in the order it reads them (nibble_vector_at, bit4_part_at).
+// Nibble vector c: element 8c + i in the low nibble, 8c + 4 + i in the high one. The parts a
+// block's decode reads together sit together (nibble_vector_at, bit4_part_at): Q6_K's in the
+// order it reads them, Q5_K's within one 320-byte sub-block (its fifth bits after the four
+// nibble vectors they complete, read between them).
 // Scale part: Q8_0, Q4_0, Q5_0 32: d[16] f16 | Q4_1, Q5_1 64: d[16] m[16] | Q4_K, Q5_K 320:
 //   d[16] dmin[16] scale[8][16] u8 min[8][16] u8 | Q6_K 288: d[16] scale[16][16] i8.
 // Rows past the matrix are zero.
