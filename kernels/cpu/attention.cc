@@ -325,14 +325,15 @@ struct Avx2Groups {
 
 using BlockFn = void (*)(const RowBatch& b, int g, bool scores, int64_t i0, int64_t i1);
 
-// The rows of a batch (K/V elements of type T: float, or uint16_t for f16): scores block by
-// block (each block's keys read once for every row, in memory order), each row's softmax, then
-// the values block by block the same way; kBlock runs one block of one group.
 // Values fetched into L2 during the scores (by kBlock, with the next block's keys) when all of
 // them take at most this many bytes; they then wait there for the weighted sums.
 constexpr int64_t kEarlyValueBytes = 256 << 10;
 
-// kEarly: kBlock fetches values during the scores when they fit kEarlyValueBytes.
+// The rows of a batch (K/V elements of type T: float, or uint16_t for f16): scores block by
+// block (each block's keys read once for every row, in memory order), each row's softmax, then
+// the values block by block the same way; kBlock runs one block of one group. kEarly: the
+// first key block is fetched up front, and kBlock fetches values during the scores when they
+// fit kEarlyValueBytes.
 template <class T, BlockFn kBlock, bool kEarly = false>
 void batch_rows(const RowBatch& batch) {
   RowBatch b = batch;
@@ -347,7 +348,8 @@ void batch_rows(const RowBatch& batch) {
       }
   for (int64_t i0 = 0; i0 < keys; i0 += kKeyBlock)
     for (int g = 0; g < b.groups; ++g) kBlock(b, g, true, i0, std::min(keys, i0 + kKeyBlock));
-  // The first block of values is fetched while the softmaxes run.
+  // The first block of values is fetched while the softmaxes run, group by group (key by key
+  // across the groups was slower on one-row decode in kernels_bench).
   for (int g = 0; g < b.groups && !b.early_values; ++g) {
     const AttentionRow& r = b.rows[b.starts[g]];
     const int64_t row_bytes = r.columns * static_cast<int64_t>(sizeof(T));

@@ -221,9 +221,8 @@ int64_t quad_bytes(DType dtype, int64_t panels, int64_t k) {
 }
 
 int64_t packed_bytes(DType dtype, int64_t n, int64_t k) {
-  const int64_t panels = (n + kPanelRows - 1) / kPanelRows, per_quad = kQuadPanels;
-  const int64_t rest = panels % per_quad;
-  return panels / per_quad * quad_bytes(dtype, per_quad, k) + (rest != 0 ? quad_bytes(dtype, rest, k) : 0);
+  const int64_t panels = (n + kPanelRows - 1) / kPanelRows, rest = panels % kQuadPanels;
+  return panels / kQuadPanels * quad_bytes(dtype, kQuadPanels, k) + (rest != 0 ? quad_bytes(dtype, rest, k) : 0);
 }
 
 void pack_panel(DType dtype, const uint8_t* rows, int64_t row_bytes, int64_t first_lane, int64_t count, int64_t k,
@@ -241,14 +240,13 @@ void pack_panel(DType dtype, const uint8_t* rows, int64_t row_bytes, int64_t fir
 }
 
 void pack_weight(DType dtype, const uint8_t* w, int64_t n, int64_t k, uint8_t* dst) {
-  const int64_t per_quad = kQuadPanels;
-  const int64_t row_bytes = dtype_bytes(dtype, k), full_quad = quad_bytes(dtype, per_quad, k);
+  const int64_t row_bytes = dtype_bytes(dtype, k), full_quad = quad_bytes(dtype, kQuadPanels, k);
   const int64_t panels = (n + kPanelRows - 1) / kPanelRows;
   std::memset(dst, 0, static_cast<size_t>(packed_bytes(dtype, n, k)));
   for (int64_t p = 0; p < panels; ++p) {
-    const int64_t quad = p / per_quad, in_quad = std::min(per_quad, panels - quad * per_quad);
+    const int64_t quad = p / kQuadPanels, in_quad = std::min(kQuadPanels, panels - quad * kQuadPanels);
     pack_panel(dtype, w + p * kPanelRows * row_bytes, row_bytes, 0, std::min(kPanelRows, n - p * kPanelRows), k,
-               dst + quad * full_quad, in_quad, p % per_quad);
+               dst + quad * full_quad, in_quad, p % kQuadPanels);
   }
 }
 
@@ -278,8 +276,8 @@ void micro_portable(const Quad& quad, int first, int count, const QRow* x, int r
         const QRow& a = x[xr];
         float acc = 0.0f, macc = 0.0f;
         for (int64_t b = 0; b < blocks; ++b) {
-          const uint8_t* scales = quad.base + b * quad.block_stride + (first + g) * quad.scale_step;
-          const uint8_t* ints = quad.base + b * quad.block_stride + quad.ints_at + (first + g) * quad.int_step;
+          const uint8_t* scales = quad.base + b * quad.block_stride + (first + g) * panel_scale_bytes(kType);
+          const uint8_t* ints = quad.base + b * quad.block_stride + quad.ints_at + (first + g) * panel_int_bytes(kType);
           int32_t sum = 0, mins = 0;
           if constexpr (activation_block(kType) == 32) {
             const int8_t* q = a.q + 32 * b;
@@ -533,8 +531,7 @@ absl::Status linear_q8(const KernelArgs& args) {
   const int64_t weight_begin = w.extent.begin(0), weight_end = w.extent.end(0);
   const int64_t row_bytes = dtype_bytes(kType, depth);
   const int64_t blocks = depth / dtype_block_size(kType);
-  constexpr int64_t kPerQuad = kQuadPanels;
-  const int64_t full_quad = quad_bytes(kType, kPerQuad, depth);
+  const int64_t full_quad = quad_bytes(kType, kQuadPanels, depth);
   const int64_t all_panels = (n_total + kPanelRows - 1) / kPanelRows;
   // The backend's packed copy of the whole matrix, or panels packed here into scratch.
   const auto* packed = static_cast<const uint8_t*>(args.node.prepared);
@@ -562,9 +559,9 @@ absl::Status linear_q8(const KernelArgs& args) {
     }
     // The box's part of each quad.
     for (int64_t p = n_begin / kPanelRows; p < last_panel;) {
-      const int64_t quad = p / kPerQuad, quad_panels = std::min(kPerQuad, all_panels - quad * kPerQuad);
-      const int first = static_cast<int>(p - quad * kPerQuad);
-      const int count = static_cast<int>(std::min(quad * kPerQuad + quad_panels, last_panel) - p);
+      const int64_t quad = p / kQuadPanels, quad_panels = std::min(kQuadPanels, all_panels - quad * kQuadPanels);
+      const int first = static_cast<int>(p - quad * kQuadPanels);
+      const int count = static_cast<int>(std::min(quad * kQuadPanels + quad_panels, last_panel) - p);
       const int64_t p0 = p * kPanelRows;
       p += count;
       const uint8_t* base;

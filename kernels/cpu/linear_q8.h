@@ -8,10 +8,10 @@
 // 16 and every 32 q, and each 32-sum times its block's d (the offset term of Q4_1).
 //
 // Weights. The kernel reads weights repacked into panels of 16 rows (pack_panel), stored in
-// quads of four panels (below) block by block: per weight block, the 16
-// rows' scales side by side and their integer values interleaved so that 64 bytes hold 4
-// consecutive elements of each of the 16 rows, one int32 lane per row (the operand of one
-// vpdpbusd against 4 broadcast activations).
+// quads of four panels (below) block by block: per weight block, the 16 rows' scales side by
+// side and their integer values interleaved so that 64 bytes hold 4 consecutive elements of
+// each of the 16 rows, one int32 lane per row (the operand of one vpdpbusd against 4 broadcast
+// activations).
 // The cpu backend packs a constant weight once, into huge-page memory (KernelNode::prepared);
 // without it the kernel packs the panels it needs into its scratch, which gives the same bits.
 //
@@ -174,14 +174,13 @@ constexpr int64_t quad_block_stride(DType dtype, int64_t panels) {
 // Bytes of a quad of `panels` panels of K elements (0 when the dtype has no panels).
 int64_t quad_bytes(DType dtype, int64_t panels, int64_t k);
 // Where the block b of panel g of a quad sits: scales at base + b * block_stride +
-// g * scale_step, integers at base + b * block_stride + ints_at + g * int_step.
+// g * panel_scale_bytes, integers at base + b * block_stride + ints_at + g * panel_int_bytes.
 struct Quad {
   const uint8_t* base = nullptr;
-  int64_t block_stride = 0, ints_at = 0, scale_step = 0, int_step = 0;
+  int64_t block_stride = 0, ints_at = 0;
 };
 inline Quad quad_view(DType dtype, const uint8_t* base, int64_t panels) {
-  return Quad{base, quad_block_stride(dtype, panels), quad_scale_area(dtype, panels), panel_scale_bytes(dtype),
-              panel_int_bytes(dtype)};
+  return Quad{base, quad_block_stride(dtype, panels), quad_scale_area(dtype, panels)};
 }
 // Bytes of the quads of an N x K matrix.
 int64_t packed_bytes(DType dtype, int64_t n, int64_t k);
