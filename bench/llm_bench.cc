@@ -316,6 +316,8 @@ struct Options {
   std::string backend;  // a device backend measured beside ours
   bool backend_full = false;
   DType kv = DType::F32;  // our K/V cache
+  int decode_only = 0;  // --decode-only N: N decode steps at context 128 only (for a profiler)
+  bool profile = false;  // --profile (with --decode-only): time per op
 };
 
 void print_usage(std::FILE* f) {
@@ -336,6 +338,9 @@ void print_usage(std::FILE* f) {
                "  --kv f32|f16     our K/V cache's dtype (default f32; llama.cpp's peer keeps its default, f16)\n"
                "  --cpu-time       time our rounds in process CPU seconds (for 1 thread on a busy machine;\n"
                "                   peers stay wall-clock)\n"
+               "  --decode-only N  only a prefill of 128 tokens, then N decode steps on the first thread count,\n"
+               "                   no peer and no bandwidth measurement (for running under a profiler)\n"
+               "  --profile        with --decode-only: time each step alone and print the time per op\n"
                "Prefill 128 and 512 tokens, decode at context 128 and 1024 (tokens/s, min and median over\n"
                "rounds), the decode bandwidth bound, the planner's share of a decode step, plan cache hits\n"
                "and the time of a read with nothing to do.\n");
@@ -361,6 +366,10 @@ bool parse(int argc, char** argv, Options& o) {
       o.kv = v == "f16" ? DType::F16 : DType::F32;
     } else if (arg == "--backend" && i + 1 < argc) {
       o.backend = argv[++i];
+    } else if (arg == "--profile") {
+      o.profile = true;
+    } else if (arg == "--decode-only" && i + 1 < argc) {
+      o.decode_only = std::max(1, std::atoi(argv[++i]));
     } else if ((arg == "--threads" || arg == "--rounds" || arg == "--steps" || arg == "--peers") && i + 1 < argc) {
       const char* v = argv[++i];
       if (arg == "--peers") {
@@ -394,6 +403,54 @@ bool parse(int argc, char** argv, Options& o) {
 // tokens/s from seconds: `tokens` / seconds.
 double rate(double seconds, double tokens) { return seconds > 0 ? tokens / seconds : 0; }
 
+// A text of at least `tokens` tokens.
+std::vector<int32_t> corpus_of(const Tokenizer& tokenizer, int64_t tokens) {
+  std::string text;
+  while (static_cast<int64_t>(tokenizer.encode(text, true, false).size()) < tokens)
+    text += "The quick brown fox jumps over the lazy dog while the engine keeps what it computed. ";
+  return tokenizer.encode(text, true, false);
+}
+
+// --decode-only N: per model, a prefill of 128 tokens then N greedy decode steps, on the first
+// thread count; prints tokens/s and the median planning and write time per step.
+int decode_only(const Options& options) {
+  try {
+    for (const std::string& path : options.models) {
+      auto model = LlmModel::load(path, 128 + options.decode_only + 1, LlmOptions{.kv_dtype = options.kv});
+      const std::vector<int32_t> corpus = corpus_of(Tokenizer::from_gguf(model->file()), 128);
+      SessionOptions session_options;
+      session_options.threads = options.threads.front();
+      session_options.pool = MemoryPool::create(MemoryPoolOptions{.huge_page_weights = options.huge_pages});
+      session_options.profile = options.profile;
+      std::unique_ptr<GraphSession> s = model->new_session(session_options);
+      prefill(*s, corpus, 128, model->config().vocab);
+      s->clear_profile();
+      Overheads overheads;
+      const double seconds = decode(*s, {corpus.begin(), corpus.begin() + 128}, model->config().vocab,
+                                    options.decode_only, overheads);
+      std::printf("%s, %d thread(s): %d decode steps from context 128: %.1f tokens/s; planning %.1f us, write %.1f "
+                  "us per step (median)\n",
+                  path.c_str(), options.threads.front(), options.decode_only, rate(seconds, 1),
+                  median_of(overheads.plan) * 1e6, median_of(overheads.write) * 1e6);
+      if (!options.profile) continue;
+      std::vector<std::pair<std::string, OpProfile>> ops(s->stats().profile.begin(), s->stats().profile.end());
+      std::sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+      double total = 0;
+      for (const auto& [name, op] : ops) total += op.seconds;
+      std::printf("  %-28s %8s %12s %12s %6s\n", "op (each step timed alone)", "steps", "us per token", "us per step", "share");
+      for (const auto& [name, op] : ops)
+        std::printf("  %-28s %8.1f %12.1f %12.2f %5.1f%%\n", name.c_str(), static_cast<double>(op.steps) / options.decode_only,
+                    op.seconds / options.decode_only * 1e6, op.seconds / static_cast<double>(op.steps) * 1e6,
+                    100 * op.seconds / total);
+      std::printf("  %-28s %8s %12.1f\n", "all steps", "", total / options.decode_only * 1e6);
+    }
+  } catch (const Error& e) {
+    std::fprintf(stderr, "llm_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -402,6 +459,7 @@ int main(int argc, char** argv) {
     print_usage(stderr);
     return 2;
   }
+  if (options.decode_only > 0) return decode_only(options);
   std::vector<PeerKind> peers;  // those whose module imports
   for (const PeerKind& kind : kPeers) {
     if (std::find(options.peers.begin(), options.peers.end(), kind.label) == options.peers.end()) continue;
@@ -426,12 +484,8 @@ int main(int argc, char** argv) {
   try {
     for (const std::string& path : options.models) {
       auto model = LlmModel::load(path, 1100, LlmOptions{.kv_dtype = options.kv});
-      Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
       const int64_t vocab = model->config().vocab;
-      std::string text;
-      while (static_cast<int64_t>(tokenizer.encode(text, true, false).size()) < 1100)
-        text += "The quick brown fox jumps over the lazy dog while the engine keeps what it computed. ";
-      const std::vector<int32_t> corpus = tokenizer.encode(text, true, false);
+      const std::vector<int32_t> corpus = corpus_of(Tokenizer::from_gguf(model->file()), 1100);
       const double weight_bytes = decode_weight_bytes(*model);
       std::printf("\n%s (%s, %lld layers): %.1f MB of weights read per decoded token (and %.1f MB of %s K/V "
                   "cache at context 1024, not in the bound)\n",

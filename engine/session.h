@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstddef>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -91,6 +92,17 @@ struct SessionOptions {
   // Nodes pinned from the start (as set_keep(node, Keep::Always) right after creation); the fuse
   // pass never absorbs them into a fused op, so their values exist to be kept.
   std::vector<NodeId> keep_always;
+  // Time each step of every read (SessionStats::profile). Each step then runs in a backend call
+  // of its own (no parallel region spans steps), so reads are slower: for finding where time
+  // goes, not for measuring throughput.
+  bool profile = false;
+};
+
+// Of SessionOptions::profile: the steps of one op (display name, with the weight's dtype for a
+// linear) over all reads so far.
+struct OpProfile {
+  int64_t steps = 0;
+  double seconds = 0;
 };
 
 // Figures of the last read (elements, kernels, steps, seconds, per node) and of the session
@@ -118,6 +130,7 @@ struct SessionStats {
   int64_t fallback_steps = 0;
   int64_t copies = 0;
   int64_t copy_bytes = 0;
+  std::map<std::string, OpProfile> profile;  // cumulative, when SessionOptions::profile is set
 };
 
 // A read pattern for compile_ahead: writes of boxes of inputs, then a read of a box of an
@@ -178,6 +191,7 @@ class GraphSession {
   void read_node(NodeId node, const Box& box, std::span<std::byte> out);
 
   const SessionStats& stats() const { return stats_; }
+  void clear_profile() { stats_.profile.clear(); }
   // The steps of the last read, one line each: node id, op and the region computed. Also
   // printed to stderr on every read when the environment has TESSERA_DUMP=plan.
   const std::string& last_plan() const;

@@ -9,12 +9,14 @@
 // constant crosses once and a decode step moves one row. Steps run in segments of consecutive
 // steps on one backend; a segment completes (synchronize) before the other side reads it.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <map>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "backends/cpu/host_backend.h"
 #include "engine/op_def.h"
 #include "engine/session.h"
 #include "engine/session_internal.h"
@@ -167,8 +169,35 @@ absl::Status GraphSession::run_segment(const Plan& plan, size_t begin, size_t en
   const bool fallback = plan.on_fallback[begin] != 0;
   Backend& backend = fallback ? *fallback_ : *backend_;
   const PreparedPlan& prepared = fallback ? *plan.fallback_prepared : *plan.prepared;
-  absl::Status status = backend.run(prepared, std::span<const StepLaunch>(launches_.data() + begin, end - begin), scratch);
-  if (status.ok()) status = backend.synchronize();
+  absl::Status status;
+  auto* host = options_.profile ? dynamic_cast<HostBackend*>(&backend) : nullptr;
+  std::vector<double> times;  // per launch, when profiling
+  if (!options_.profile || host != nullptr) {
+    if (host != nullptr) host->set_launch_times(&times);
+    status = backend.run(prepared, std::span<const StepLaunch>(launches_.data() + begin, end - begin), scratch);
+    if (host != nullptr) host->set_launch_times(nullptr);
+    if (status.ok()) status = backend.synchronize();
+  } else {  // a device backend: one call per launch
+    times.assign(end - begin, 0.0);
+    for (size_t i = begin; i < end && status.ok(); ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      status = backend.run(prepared, std::span<const StepLaunch>(launches_.data() + i, 1), scratch);
+      if (status.ok()) status = backend.synchronize();
+      times[i - begin] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
+  }
+  if (options_.profile && status.ok() && times.size() == end - begin)
+    for (size_t i = begin; i < end; ++i) {
+      const Node& node = graph_->node(plan.steps[i].node);
+      std::string name = op_display_name(node);
+      if (node.kind == OpKind::Linear && node.inputs.size() > 1) {
+        const Node& weight = graph_->node(node.inputs[1]);
+        absl::StrAppend(&name, " ", dtype_name(weight.dtype), " ", absl::StrJoin(weight.shape, "x"));
+      }
+      OpProfile& entry = stats_.profile[name];
+      entry.steps += 1;
+      entry.seconds += times[i - begin];
+    }
   if (!status.ok()) {
     failed = begin;
     for (size_t i = begin; i < end; ++i)

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <mutex>
 #include <new>
@@ -246,11 +247,16 @@ absl::Status HostBackend::run(const PreparedPlan& prepared, std::span<const Step
     return scratch.subspan(static_cast<size_t>(plan->member_scratch * member), static_cast<size_t>(plan->member_scratch));
   };
   if (threads_ == 1) {
-    for (const StepLaunch& launch : launches)
-      if (absl::Status status = run_launch(prepared, launch, 0, 1, slice(0)); !status.ok()) {
-        last_failed_step_ = launch.step;
+    if (launch_times_ != nullptr) launch_times_->assign(launches.size(), 0.0);
+    for (size_t j = 0; j < launches.size(); ++j) {
+      const auto start = launch_times_ != nullptr ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+      if (absl::Status status = run_launch(prepared, launches[j], 0, 1, slice(0)); !status.ok()) {
+        last_failed_step_ = launches[j].step;
         return status;
       }
+      if (launch_times_ != nullptr)
+        (*launch_times_)[j] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
     return absl::OkStatus();
   }
   if (team_ == nullptr) team_ = cpu::WorkerTeam::shared(threads_);
@@ -274,13 +280,20 @@ absl::Status HostBackend::run(const PreparedPlan& prepared, std::span<const Step
   std::atomic<size_t> failed{launches.size()};
   std::mutex error_mutex;
   absl::Status first_error;
+  if (launch_times_ != nullptr) launch_times_->assign(launches.size(), 0.0);
   team_->run([&](int member) {
+    auto last = std::chrono::steady_clock::now();  // member 0's start of the launch (launch_times_)
     for (size_t j = 0; j < launches.size(); ++j) {
       LaunchTiles& launch_tiles = tiles_[j];
       const uint32_t total = launch_tiles.total;
       // Every tile of launch j - 1 is done (so, by induction, of every earlier launch).
       if (j > 0 && launch_tiles.claimed.load(std::memory_order_relaxed) < total)
         cpu::WorkerTeam::wait_at_least(tiles_[j - 1].done, tiles_[j - 1].total);
+      if (member == 0 && launch_times_ != nullptr && j > 0) {
+        const auto now = std::chrono::steady_clock::now();
+        (*launch_times_)[j - 1] = std::chrono::duration<double>(now - last).count();
+        last = now;
+      }
       for (uint32_t t = launch_tiles.claimed.fetch_add(1, std::memory_order_relaxed); t < total;
            t = launch_tiles.claimed.fetch_add(1, std::memory_order_relaxed)) {
         if (failed.load(std::memory_order_acquire) > j) {
@@ -296,6 +309,11 @@ absl::Status HostBackend::run(const PreparedPlan& prepared, std::span<const Step
         // Counted even after a failure, so that no member waits forever.
         if (launch_tiles.done.fetch_add(1, std::memory_order_acq_rel) + 1 == total) launch_tiles.done.notify_all();
       }
+    }
+    if (member == 0 && launch_times_ != nullptr && !launches.empty()) {
+      const LaunchTiles& final_tiles = tiles_[launches.size() - 1];
+      cpu::WorkerTeam::wait_at_least(final_tiles.done, final_tiles.total);
+      (*launch_times_)[launches.size() - 1] = std::chrono::duration<double>(std::chrono::steady_clock::now() - last).count();
     }
   });
   if (failed.load() < launches.size()) {

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "backends/backend.h"
@@ -45,6 +46,9 @@ class HostBackend : public Backend {
   // (WorkerTeam::shared). CPU-only, like host_address.
   void set_threads(int threads);
   int threads() const { return threads_; }
+  // When set, each run() stores there the seconds of each of its launches (with a team: from
+  // the first member's start of the launch to its start of the next), for SessionOptions::profile.
+  void set_launch_times(std::vector<double>* times) { launch_times_ = times; }
   absl::Status synchronize() override { return absl::OkStatus(); }
 
   // CPU-only accessor: the host address of a buffer of this backend (nullptr when unknown).
@@ -74,6 +78,7 @@ class HostBackend : public Backend {
   };
   std::unique_ptr<LaunchTiles[]> tiles_;
   size_t tiles_capacity_ = 0;
+  std::vector<double>* launch_times_ = nullptr;
 };
 
 }  // namespace tessera

@@ -26,6 +26,7 @@ namespace {
 std::vector<int32_t> greedy(const LlmModel& model, const std::string& backend, std::vector<int32_t> tokens, int count) {
   SessionOptions options;
   options.backend_name = backend;
+  options.profile = !backend.empty();  // a step per backend call on the device; the same tokens
   auto session = model.new_session(options);
   const int64_t vocab = model.config().vocab;
   session->write<int32_t>("ids", Box{{0, static_cast<int64_t>(tokens.size())}}, tokens);
@@ -44,6 +45,12 @@ std::vector<int32_t> greedy(const LlmModel& model, const std::string& backend, s
     out.push_back(next);
     tokens.push_back(next);
     session->write<int32_t>("ids", Box{{row + 1, row + 2}}, std::vector<int32_t>{next});
+  }
+  if (!backend.empty()) {  // every linear ran on the device, each step timed
+    int64_t linears = 0;
+    for (const auto& [name, op] : session->stats().profile)
+      if (name.rfind("linear ", 0) == 0) linears += op.steps;
+    CHECK(linears >= count * model.config().layers);
   }
   return out;
 }

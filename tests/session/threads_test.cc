@@ -52,3 +52,52 @@ TEST_CASE("session: random graphs give the same bits with 1, 2 and 3 threads") {
     }
   }
 }
+
+TEST_CASE("session: a profiled session gives the same bits and times every step it runs") {
+  std::mt19937_64 rng(7);
+  Graph g;
+  RandomGraphConfig config{.rows_lo = 32, .rows_hi = 80, .cols_lo = 32, .cols_hi = 80, .cols_step = 1, .linear = true,
+                           .scale_weights = true};
+  RandomGraph gen(g, rng, config);
+  gen.grow(12);
+  g.output("out", gen.pool().back());
+  for (int threads : {1, 2}) {
+    CAPTURE(threads);
+    GraphSession plain(g, SessionOptions{.threads = threads});
+    GraphSession profiled(g, SessionOptions{.threads = threads, .profile = true});
+    for (const InputSpec& in : gen.inputs()) {
+      const std::vector<std::byte> values = random_values(in, shape_volume(in.shape), rng);
+      plain.write(in.name, Box::full(in.shape), values);
+      profiled.write(in.name, Box::full(in.shape), values);
+    }
+    const Node& out = gen.pool().back().node();
+    int64_t steps = 0;
+    for (int round = 0; round < 3; ++round) {
+      const Box box = round == 0 ? Box::full(out.shape) : random_box(out.shape, rng);
+      std::vector<std::byte> a(static_cast<size_t>(box.volume() * dtype_size(out.dtype))), b = a;
+      plain.read("out", box, a);
+      profiled.read("out", box, b);
+      CHECK(a == b);
+      steps += profiled.stats().steps;
+      const InputSpec& in = gen.inputs()[rng() % gen.inputs().size()];
+      const Box part = random_box(in.shape, rng);
+      const std::vector<std::byte> values = random_values(in, part.volume(), rng);
+      plain.write(in.name, part, values);
+      profiled.write(in.name, part, values);
+    }
+    CHECK(plain.stats().profile.empty());
+    int64_t profiled_steps = 0;
+    double seconds = 0;
+    for (const auto& [name, op] : profiled.stats().profile) {
+      CAPTURE(name);
+      CHECK(op.steps > 0);
+      CHECK(op.seconds >= 0);
+      profiled_steps += op.steps;
+      seconds += op.seconds;
+    }
+    CHECK(profiled_steps == steps);  // every step that ran, once
+    CHECK(seconds > 0);
+    profiled.clear_profile();
+    CHECK(profiled.stats().profile.empty());
+  }
+}
