@@ -316,7 +316,8 @@ struct Options {
   std::string backend;  // a device backend measured beside ours
   bool backend_full = false;
   DType kv = DType::F32;  // our K/V cache
-  int decode_only = 0;  // --decode-only N: N decode steps at context 128 only (for a profiler)
+  int decode_only = 0;  // --decode-only N: N decode steps from context `context` only (for a profiler)
+  int64_t context = 128;
   bool profile = false;  // --profile (with --decode-only): time per op
 };
 
@@ -338,8 +339,8 @@ void print_usage(std::FILE* f) {
                "  --kv f32|f16     our K/V cache's dtype (default f32; llama.cpp's peer keeps its default, f16)\n"
                "  --cpu-time       time our rounds in process CPU seconds (for 1 thread on a busy machine;\n"
                "                   peers stay wall-clock)\n"
-               "  --decode-only N  only a prefill of 128 tokens, then N decode steps on the first thread count,\n"
-               "                   no peer and no bandwidth measurement (for running under a profiler)\n"
+               "  --decode-only N  only a prefill of C tokens (--context C, default 128), then N decode steps on\n"
+               "                   the first thread count, no peer and no bandwidth measurement (for a profiler)\n"
                "  --profile        with --decode-only: time each step alone and print the time per op\n"
                "Prefill 128 and 512 tokens, decode at context 128 and 1024 (tokens/s, min and median over\n"
                "rounds), the decode bandwidth bound, the planner's share of a decode step, plan cache hits\n"
@@ -368,6 +369,8 @@ bool parse(int argc, char** argv, Options& o) {
       o.backend = argv[++i];
     } else if (arg == "--profile") {
       o.profile = true;
+    } else if (arg == "--context" && i + 1 < argc) {
+      o.context = std::max<int64_t>(1, std::atoll(argv[++i]));
     } else if (arg == "--decode-only" && i + 1 < argc) {
       o.decode_only = std::max(1, std::atoi(argv[++i]));
     } else if ((arg == "--threads" || arg == "--rounds" || arg == "--steps" || arg == "--peers") && i + 1 < argc) {
@@ -411,26 +414,27 @@ std::vector<int32_t> corpus_of(const Tokenizer& tokenizer, int64_t tokens) {
   return tokenizer.encode(text, true, false);
 }
 
-// --decode-only N: per model, a prefill of 128 tokens then N greedy decode steps, on the first
+// --decode-only N: per model, a prefill of --context tokens then N greedy decode steps, on the first
 // thread count; prints tokens/s and the median planning and write time per step.
 int decode_only(const Options& options) {
   try {
     for (const std::string& path : options.models) {
-      auto model = LlmModel::load(path, 128 + options.decode_only + 1, LlmOptions{.kv_dtype = options.kv});
-      const std::vector<int32_t> corpus = corpus_of(Tokenizer::from_gguf(model->file()), 128);
+      const int64_t context = options.context;
+      auto model = LlmModel::load(path, context + options.decode_only + 1, LlmOptions{.kv_dtype = options.kv});
+      const std::vector<int32_t> corpus = corpus_of(Tokenizer::from_gguf(model->file()), context);
       SessionOptions session_options;
       session_options.threads = options.threads.front();
       session_options.pool = MemoryPool::create(MemoryPoolOptions{.huge_page_weights = options.huge_pages});
       session_options.profile = options.profile;
       std::unique_ptr<GraphSession> s = model->new_session(session_options);
-      prefill(*s, corpus, 128, model->config().vocab);
+      prefill(*s, corpus, context, model->config().vocab);
       s->clear_profile();
       Overheads overheads;
-      const double seconds = decode(*s, {corpus.begin(), corpus.begin() + 128}, model->config().vocab,
+      const double seconds = decode(*s, {corpus.begin(), corpus.begin() + context}, model->config().vocab,
                                     options.decode_only, overheads);
-      std::printf("%s, %d thread(s): %d decode steps from context 128: %.1f tokens/s; planning %.1f us, write %.1f "
+      std::printf("%s, %d thread(s): %d decode steps from context %lld: %.1f tokens/s; planning %.1f us, write %.1f "
                   "us per step (median)\n",
-                  path.c_str(), options.threads.front(), options.decode_only, rate(seconds, 1),
+                  path.c_str(), options.threads.front(), options.decode_only, static_cast<long long>(context), rate(seconds, 1),
                   median_of(overheads.plan) * 1e6, median_of(overheads.write) * 1e6);
       if (!options.profile) continue;
       std::vector<std::pair<std::string, OpProfile>> ops(s->stats().profile.begin(), s->stats().profile.end());
