@@ -34,6 +34,9 @@ class CpuBackend final : public HostBackend {
   // for it while one holds it (a pool's 1- and 2-thread backends, pools over one mapped model).
   // An entry is reused only while the weight's owner is alive (its address cannot have been
   // reused); a weight without an owner is prepared per plan.
+  int64_t prepared_size(const Graph& graph, const Node& node, KernelFn kernel) const override {
+    return optimised_ ? cpu::prepared_bytes(graph, node, kernel) : 0;
+  }
   const void* prepare_node(const Graph& graph, const Node& node, KernelFn kernel) override {
     const int64_t bytes = optimised_ ? cpu::prepared_bytes(graph, node, kernel) : 0;
     if (bytes == 0) return nullptr;

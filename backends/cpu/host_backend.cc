@@ -24,7 +24,19 @@ struct HostStep {
   const void* prepared = nullptr;  // prepare_node's data (KernelNode::prepared)
   int64_t cost = 1;  // work per output element (the reduction depth of matmul-like ops)
   int split_from = 0;  // the outermost axis tile_of prefers to cut
+  // The weight bytes a linear streams from memory (its packed weight, or its constant weight
+  // when nothing was prepared); empty for other steps. Waiting team members read ahead into
+  // them (HostBackend::read_ahead).
+  const char* stream = nullptr;
+  int64_t stream_bytes = 0;
 };
+
+// How far past the start of the next streaming launch a waiting member reads ahead: the lines
+// wait in its L2 (1 MiB on Zen 4, 2 MiB on Sapphire Rapids) and the shared L3 until the
+// streaming launch's tiles read them. SmolLM2-135M decode with 2 threads (a 553 KB matrix per
+// MLP linear) took 1.5-2% less time per token reading 512 KiB ahead, 5-7% with 1 or 2 MiB,
+// ~5% with 4 MiB (steps alternating with and without in one process).
+constexpr int64_t kReadAheadBytes = 2 << 20;
 
 // conv2d splits along output rows where it can: a member then reads (and packs) only the input
 // rows of its tile, where a channel split makes every member read all of the input (1x1 convs
@@ -195,6 +207,16 @@ absl::StatusOr<std::unique_ptr<PreparedPlan>> HostBackend::prepare(const Graph& 
     if (step.kernel == nullptr)
       return absl::InternalError("[backend] supported op without a kernel");
     step.prepared = prepare_node(graph, node, step.kernel);
+    if (node.kind == OpKind::Linear) {
+      const Node& weight = graph.node(node.inputs[1]);
+      if (step.prepared != nullptr) {
+        step.stream = static_cast<const char*>(step.prepared);
+        step.stream_bytes = prepared_size(graph, node, step.kernel);
+      } else if (weight.kind == OpKind::Constant) {
+        step.stream = static_cast<const char*>(graph.constant_data(weight.constant).data);
+        step.stream_bytes = weight.size_bytes();
+      }
+    }
     prepared->steps.push_back(step);
     // Session views are dense row-major (the only views this backend is given by a plan).
     prepared->member_scratch = std::max(prepared->member_scratch,
@@ -277,18 +299,32 @@ absl::Status HostBackend::run(const PreparedPlan& prepared, std::span<const Step
     tiles_[j].done.store(0, std::memory_order_relaxed);
     tiles_[j].total = static_cast<uint32_t>(tile_count(widest, elements * step.cost, members, step.split_from));
   }
+  // For read_ahead: each launch's first streaming launch at or after it, and the bytes streamed
+  // by the launches before each.
+  next_stream_.resize(launches.size() + 1);
+  streamed_before_.resize(launches.size() + 1);
+  next_stream_[launches.size()] = launches.size();
+  for (size_t j = launches.size(); j-- > 0;)
+    next_stream_[j] = plan->steps[static_cast<size_t>(launches[j].step)].stream_bytes > 0 ? j : next_stream_[j + 1];
+  streamed_before_[0] = 0;
+  for (size_t j = 0; j < launches.size(); ++j)
+    streamed_before_[j + 1] = streamed_before_[j] + plan->steps[static_cast<size_t>(launches[j].step)].stream_bytes;
   std::atomic<size_t> failed{launches.size()};
   std::mutex error_mutex;
   absl::Status first_error;
   if (launch_times_ != nullptr) launch_times_->assign(launches.size(), 0.0);
   team_->run([&](int member) {
     auto last = std::chrono::steady_clock::now();  // member 0's start of the launch (launch_times_)
+    ReadCursor cursor{launches.size(), nullptr};
     for (size_t j = 0; j < launches.size(); ++j) {
       LaunchTiles& launch_tiles = tiles_[j];
       const uint32_t total = launch_tiles.total;
-      // Every tile of launch j - 1 is done (so, by induction, of every earlier launch).
-      if (j > 0 && launch_tiles.claimed.load(std::memory_order_relaxed) < total)
+      // Every tile of launch j - 1 is done (so, by induction, of every earlier launch); a member
+      // with nothing to do meanwhile reads ahead into the coming weights.
+      if (j > 0 && launch_tiles.claimed.load(std::memory_order_relaxed) < total) {
+        read_ahead(*plan, launches, j, tiles_[j - 1], cursor);
         cpu::WorkerTeam::wait_at_least(tiles_[j - 1].done, tiles_[j - 1].total);
+      }
       if (member == 0 && launch_times_ != nullptr && j > 0) {
         const auto now = std::chrono::steady_clock::now();
         (*launch_times_)[j - 1] = std::chrono::duration<double>(now - last).count();
@@ -321,6 +357,33 @@ absl::Status HostBackend::run(const PreparedPlan& prepared, std::span<const Step
     return first_error;
   }
   return absl::OkStatus();
+}
+
+// Reads (plain loads: software prefetches issued by the waiting member measured no gain) the
+// weights of the streaming launches from launch j's next one on, up to kReadAheadBytes past its
+// start, continuing from where this member's cursor stopped, until `previous` is done.
+void HostBackend::read_ahead(const PreparedPlan& prepared, std::span<const StepLaunch> launches, size_t j,
+                             const LaunchTiles& previous, ReadCursor& cursor) const {
+  const auto& plan = static_cast<const HostPreparedPlan&>(prepared);
+  const size_t n = launches.size(), first = next_stream_[j];
+  if (first == n) return;
+  auto step = [&](size_t launch) -> const HostStep& { return plan.steps[static_cast<size_t>(launches[launch].step)]; };
+  if (cursor.launch < first || cursor.launch >= n) cursor = {first, step(first).stream};
+  uint64_t sum = 0;
+  while (previous.done.load(std::memory_order_acquire) < previous.total) {
+    const HostStep& s = step(cursor.launch);
+    const char* end = s.stream + s.stream_bytes;
+    if (cursor.at >= end) {
+      const size_t next = next_stream_[cursor.launch + 1];
+      if (next == n) break;
+      cursor = {next, step(next).stream};
+      continue;
+    }
+    if (streamed_before_[cursor.launch] - streamed_before_[first] + (cursor.at - s.stream) >= kReadAheadBytes) break;
+    for (const char* stop = std::min(cursor.at + 512, end); cursor.at < stop; cursor.at += 64)
+      sum += *reinterpret_cast<const volatile uint8_t*>(cursor.at);
+  }
+  asm volatile("" : : "r"(sum));
 }
 
 }  // namespace tessera

@@ -60,6 +60,8 @@ class HostBackend : public Backend {
   // What `kernel` wants prepared once for `node` (KernelNode::prepared; see
   // cpu::prepare_node_data), owned by the backend for its lifetime; nullptr: nothing.
   virtual const void* prepare_node(const Graph& /*graph*/, const Node& /*node*/, KernelFn /*kernel*/) { return nullptr; }
+  // Bytes of what prepare_node made for `node` (0: nothing).
+  virtual int64_t prepared_size(const Graph& /*graph*/, const Node& /*node*/, KernelFn /*kernel*/) const { return 0; }
 
  private:
   // Checks `box` and `region` against the buffer; the address of the region's first byte.
@@ -78,6 +80,15 @@ class HostBackend : public Backend {
   };
   std::unique_ptr<LaunchTiles[]> tiles_;
   size_t tiles_capacity_ = 0;
+  // Where a member reads ahead: a streaming launch of the current run and an address in its weight.
+  struct ReadCursor {
+    size_t launch;
+    const char* at;
+  };
+  void read_ahead(const PreparedPlan& prepared, std::span<const StepLaunch> launches, size_t j,
+                  const LaunchTiles& previous, ReadCursor& cursor) const;
+  std::vector<size_t> next_stream_;       // per launch of the current run (and one past the last)
+  std::vector<int64_t> streamed_before_;  // per launch of the current run (and one past the last)
   std::vector<double>* launch_times_ = nullptr;
 };
 
