@@ -92,9 +92,10 @@ struct SessionOptions {
   // Nodes pinned from the start (as set_keep(node, Keep::Always) right after creation); the fuse
   // pass never absorbs them into a fused op, so their values exist to be kept.
   std::vector<NodeId> keep_always;
-  // Time each step of every read (SessionStats::profile). Each step then runs in a backend call
-  // of its own (no parallel region spans steps), so reads are slower: for finding where time
-  // goes, not for measuring throughput.
+  // Time each step of every read (SessionStats::profile). The CPU backends time each launch
+  // inside their one parallel region (with a team: the first member's view, waits included);
+  // a device backend then runs each step in a call of its own and synchronizes, so its reads
+  // are slower: for finding where time goes, not for measuring throughput.
   bool profile = false;
 };
 

@@ -33,9 +33,11 @@ struct HostStep {
 
 // How far past the start of the next streaming launch a waiting member reads ahead: the lines
 // wait in its L2 (1 MiB on Zen 4, 2 MiB on Sapphire Rapids) and the shared L3 until the
-// streaming launch's tiles read them. SmolLM2-135M decode with 2 threads (a 553 KB matrix per
-// MLP linear) took 1.5-2% less time per token reading 512 KiB ahead, 5-7% with 1 or 2 MiB,
-// ~5% with 4 MiB (steps alternating with and without in one process).
+// streaming launch's tiles read them. SmolLM2-135M int8 decode with 2 threads (a 553 KB matrix
+// per MLP linear) took 1.5-2% less time per token reading 512 KiB ahead, 5-7% with 1 or 2 MiB,
+// ~5% with 4 MiB, when only the next streaming launch was read (steps alternating with and
+// without in one process); reading on into the launches after it, 2.5-6.6% (int8) and ~10%
+// (the f32 path, SmolLM2 and Gemma-3).
 constexpr int64_t kReadAheadBytes = 2 << 20;
 
 // conv2d splits along output rows where it can: a member then reads (and packs) only the input
@@ -212,7 +214,7 @@ absl::StatusOr<std::unique_ptr<PreparedPlan>> HostBackend::prepare(const Graph& 
       if (step.prepared != nullptr) {
         step.stream = static_cast<const char*>(step.prepared);
         step.stream_bytes = prepared_size(graph, node, step.kernel);
-      } else if (weight.kind == OpKind::Constant) {
+      } else if (weight.kind == OpKind::Constant && graph.constant_data(weight.constant).data != nullptr) {
         step.stream = static_cast<const char*>(graph.constant_data(weight.constant).data);
         step.stream_bytes = weight.size_bytes();
       }
