@@ -296,7 +296,9 @@ class GraphSession {
   void copy_to_host(NodeId id, const Box& box, void* dense);
   void invalidate_mirror(NodeId id, const Region& dirt);
   void drop_device(NodeId id);
-  absl::Status run_segment(const Plan& plan, size_t begin, size_t end, std::span<std::byte> scratch, size_t& failed);
+  // `count`: a read's steps (timed into SessionStats::profile when profiling), not folding.
+  absl::Status run_segment(const Plan& plan, size_t begin, size_t end, std::span<std::byte> scratch, bool count,
+                           size_t& failed);
 
   std::shared_ptr<MemoryPool> pool_;  // first: every buffer below is returned to it
   const Graph& user_;

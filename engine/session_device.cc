@@ -165,17 +165,23 @@ void GraphSession::drop_device(NodeId id) {
 // Runs launches [begin, end) (all on one backend) and waits for them. On failure `failed` is the
 // index of the failing launch.
 absl::Status GraphSession::run_segment(const Plan& plan, size_t begin, size_t end, std::span<std::byte> scratch,
-                                       size_t& failed) {
+                                       bool count, size_t& failed) {
   const bool fallback = plan.on_fallback[begin] != 0;
   Backend& backend = fallback ? *fallback_ : *backend_;
   const PreparedPlan& prepared = fallback ? *plan.fallback_prepared : *plan.prepared;
   absl::Status status;
-  auto* host = options_.profile ? dynamic_cast<HostBackend*>(&backend) : nullptr;
+  const bool profile = options_.profile && count;
+  auto* host = profile ? dynamic_cast<HostBackend*>(&backend) : nullptr;
   std::vector<double> times;  // per launch, when profiling
-  if (!options_.profile || host != nullptr) {
+  if (!profile || host != nullptr) {
+    struct Timing {  // the backend stops timing into `times` however run() leaves
+      HostBackend* host;
+      ~Timing() {
+        if (host != nullptr) host->set_launch_times(nullptr);
+      }
+    } timing{host};
     if (host != nullptr) host->set_launch_times(&times);
     status = backend.run(prepared, std::span<const StepLaunch>(launches_.data() + begin, end - begin), scratch);
-    if (host != nullptr) host->set_launch_times(nullptr);
     if (status.ok()) status = backend.synchronize();
   } else {  // a device backend: one call per launch
     times.assign(end - begin, 0.0);
@@ -186,7 +192,7 @@ absl::Status GraphSession::run_segment(const Plan& plan, size_t begin, size_t en
       times[i - begin] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
   }
-  if (options_.profile && status.ok() && times.size() == end - begin)
+  if (profile && status.ok() && times.size() == end - begin)
     for (size_t i = begin; i < end; ++i) {
       const Node& node = graph_->node(plan.steps[i].node);
       std::string name = op_display_name(node);

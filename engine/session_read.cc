@@ -127,7 +127,7 @@ void GraphSession::execute(const Plan& plan, std::span<const Step> steps, bool c
   for (size_t i = 0; i < steps.size() && status.ok(); ++i) {
     // A change of backend: the previous segment completes before this one reads its outputs.
     if (i > begin && plan.on_fallback[i] != plan.on_fallback[i - 1]) {
-      status = run_segment(plan, begin, i, scratch, failed);
+      status = run_segment(plan, begin, i, scratch, count, failed);
       if (!status.ok()) break;
       begin = i;
     }
@@ -141,7 +141,7 @@ void GraphSession::execute(const Plan& plan, std::span<const Step> steps, bool c
                               values_[static_cast<size_t>(steps[i].node)].view, steps[i].compute.boxes()};
     next += n.inputs.size();
   }
-  if (status.ok() && !steps.empty()) status = run_segment(plan, begin, steps.size(), scratch, failed);
+  if (status.ok() && !steps.empty()) status = run_segment(plan, begin, steps.size(), scratch, count, failed);
   // Steps before a failed one completed: their values are valid.
   const size_t done = status.ok() ? steps.size() : failed;
   for (size_t i = 0; i < done; ++i) {

@@ -382,7 +382,7 @@ void HostBackend::read_ahead(const PreparedPlan& prepared, std::span<const StepL
       continue;
     }
     if (streamed_before_[cursor.launch] - streamed_before_[first] + (cursor.at - s.stream) >= kReadAheadBytes) break;
-    for (const char* stop = std::min(cursor.at + 512, end); cursor.at < stop; cursor.at += 64)
+    for (const char* stop = cursor.at + std::min<std::ptrdiff_t>(512, end - cursor.at); cursor.at < stop; cursor.at += 64)
       sum += *reinterpret_cast<const volatile uint8_t*>(cursor.at);
   }
   asm volatile("" : : "r"(sum));

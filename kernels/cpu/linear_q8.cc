@@ -496,7 +496,7 @@ TESSERA_INLINE VI vsra4(VI x) { return _mm512_srai_epi32(x, 4); }
 // Q5_0 and Q5_1 ~6% faster; streamed from memory, 1-3 points more of a plain read's rate.
 TESSERA_INLINE VB vload_nibbles(const uint8_t* p) {
   VB v;
-  asm volatile("vmovdqu64 %1, %0" : "=v"(v) : "m"(*reinterpret_cast<const __m512i*>(p)));
+  asm volatile("vmovdqu64 %1, %0" : "=v"(v) : "m"(*reinterpret_cast<const __m512i_u*>(p)));
   return v;
 }
 TESSERA_INLINE VB high2(VB h, int m) {
