@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -29,19 +30,23 @@ class CpuBackend final : public HostBackend {
   bool repacks_weight(const Graph& graph, const Node& consumer) const override {
     return optimised_ && cpu::prepared_bytes(graph, consumer, kernel_for(graph, consumer)) > 0;
   }
-  // Made once per weight and kernel and shared by every plan and session on this backend (the
-  // pool's: so by the pool's sessions) and by every other cpu backend of the process that asks
-  // for it while one holds it (a pool's 1- and 2-thread backends, pools over one mapped model).
-  // An entry is reused only while the weight's owner is alive (its address cannot have been
-  // reused); a weight without an owner is prepared per plan.
   int64_t prepared_size(const Graph& graph, const Node& node, KernelFn kernel) const override {
     return optimised_ ? cpu::prepared_bytes(graph, node, kernel) : 0;
   }
+  // Made once per weight (its address and shape) and kernel and shared by every plan and
+  // session on this backend (the pool's: so by the pool's sessions) and by every other cpu
+  // backend of the process that asks for it while one holds it (a pool's 1- and 2-thread
+  // backends, pools over one mapped model).
+  // An entry is reused only while the weight's owner is alive (its address cannot have been
+  // reused); a weight without an owner is prepared per plan.
   const void* prepare_node(const Graph& graph, const Node& node, KernelFn kernel) override {
     const int64_t bytes = optimised_ ? cpu::prepared_bytes(graph, node, kernel) : 0;
     if (bytes == 0) return nullptr;
-    const ConstantData& weight = graph.constant_data(graph.node(node.inputs[1]).constant);
-    const Key key{reinterpret_cast<uintptr_t>(weight.data), reinterpret_cast<uintptr_t>(kernel)};
+    const Node& weight_node = graph.node(node.inputs[1]);
+    const ConstantData& weight = graph.constant_data(weight_node.constant);
+    // The shape too: two constants may view the same bytes as different matrices.
+    const Key key{reinterpret_cast<uintptr_t>(weight.data), reinterpret_cast<uintptr_t>(kernel), weight_node.shape[0],
+                  weight_node.shape[1]};
     if (weight.owner != nullptr) {
       auto it = prepared_.find(key);
       if (it != prepared_.end() && it->second.owner.lock() == weight.owner) return it->second.data.get();
@@ -65,7 +70,7 @@ class CpuBackend final : public HostBackend {
   }
 
  private:
-  using Key = std::pair<uintptr_t, uintptr_t>;  // the weight's address, the kernel
+  using Key = std::tuple<uintptr_t, uintptr_t, int64_t, int64_t>;  // the weight's address, the kernel, its shape
   struct Prepared {
     std::weak_ptr<const void> owner;
     std::shared_ptr<const void> data;

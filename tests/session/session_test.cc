@@ -5,6 +5,8 @@
 
 #include "engine/ops.h"
 #include "engine/session.h"
+#include "tests/support/quant_blocks.h"
+#include "tests/support/scoped_env.h"
 
 using namespace tessera;
 
@@ -165,4 +167,32 @@ TEST_CASE("session: the last plan lists the steps of a read") {
   CHECK(s.last_plan().find("binary.add {[1:2, 0:3]}") != std::string::npos);
   s.read<float>("c", Box{{0, 4}, {0, 3}});
   CHECK(s.last_plan().empty());
+}
+
+TEST_CASE("session: weights of different shapes over the same bytes get packings of their own") {
+  // The cpu backend packs a constant weight once per (address, kernel) and shares the packing
+  // among the process's backends while its owner lives: two graphs viewing one buffer as 64 x 64
+  // and as 128 x 32 must not share it.
+  const testing::ScopedEnv int8("TESSERA_LINEAR", "int8");
+  std::mt19937_64 rng(5);
+  auto bytes = std::make_shared<std::vector<uint8_t>>(testing::random_quantized(DType::Q8_0, 64, 64, rng));
+  const std::vector<uint8_t> copy_square = *bytes, copy_tall = *bytes;  // each viewed one way only
+  std::vector<float> x(4 * 64);
+  for (float& v : x) v = static_cast<float>(static_cast<int64_t>(rng() % 200) - 100) / 64.0f;
+  std::vector<std::unique_ptr<Graph>> graphs;  // every session stays alive, holding its packing
+  std::vector<std::unique_ptr<GraphSession>> sessions;
+  auto run = [&](int64_t n, int64_t k, const uint8_t* data) {
+    graphs.push_back(std::make_unique<Graph>());
+    Graph& g = *graphs.back();
+    Tensor in = g.input("x", {4 * 64 / k, k}, DType::F32);
+    g.output("y", linear(in, g.constant_external({n, k}, DType::Q8_0, data, bytes)));
+    sessions.push_back(std::make_unique<GraphSession>(g));
+    GraphSession& s = *sessions.back();
+    s.write<float>("x", Box{{0, 4 * 64 / k}, {0, k}}, x);
+    return s.read<float>("y", Box{{0, 4 * 64 / k}, {0, n}});
+  };
+  const std::vector<float> square = run(64, 64, bytes->data());
+  const std::vector<float> tall = run(128, 32, bytes->data());  // same address, same kernel
+  CHECK(square == run(64, 64, copy_square.data()));
+  CHECK(tall == run(128, 32, copy_tall.data()));
 }
