@@ -341,7 +341,7 @@ void print_usage(std::FILE* f) {
                "                   peers stay wall-clock)\n"
                "  --decode-only N  only a prefill of C tokens (--context C, default 128), then N decode steps on\n"
                "                   the first thread count, no peer and no bandwidth measurement (for a profiler)\n"
-               "  --profile        with --decode-only: time each step alone and print the time per op\n"
+               "  --profile        with --decode-only: time every step (SessionOptions::profile) and print the time per op\n"
                "Prefill 128 and 512 tokens, decode at context 128 and 1024 (tokens/s, min and median over\n"
                "rounds), the decode bandwidth bound, the planner's share of a decode step, plan cache hits\n"
                "and the time of a read with nothing to do.\n");
@@ -441,7 +441,7 @@ int decode_only(const Options& options) {
       std::sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
       double total = 0;
       for (const auto& [name, op] : ops) total += op.seconds;
-      std::printf("  %-28s %8s %12s %12s %6s\n", "op (each step timed alone)", "steps", "us per token", "us per step", "share");
+      std::printf("  %-28s %8s %12s %12s %6s\n", "op", "steps", "us per token", "us per step", "share");
       for (const auto& [name, op] : ops)
         std::printf("  %-28s %8.1f %12.1f %12.2f %5.1f%%\n", name.c_str(), static_cast<double>(op.steps) / options.decode_only,
                     op.seconds / options.decode_only * 1e6, op.seconds / static_cast<double>(op.steps) * 1e6,

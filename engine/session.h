@@ -99,8 +99,8 @@ struct SessionOptions {
   bool profile = false;
 };
 
-// Of SessionOptions::profile: the steps of one op (display name, with the weight's dtype for a
-// linear) over all reads so far.
+// Of SessionOptions::profile: the steps of one op (display name; a linear's also names its
+// weight's dtype and shape) over all reads so far.
 struct OpProfile {
   int64_t steps = 0;
   double seconds = 0;

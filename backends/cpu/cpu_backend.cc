@@ -28,7 +28,7 @@ class CpuBackend final : public HostBackend {
     return ref::reference_kernel(node.kind);
   }
   bool repacks_weight(const Graph& graph, const Node& consumer) const override {
-    return optimised_ && cpu::prepared_bytes(graph, consumer, kernel_for(graph, consumer)) > 0;
+    return prepared_size(graph, consumer, kernel_for(graph, consumer)) > 0;
   }
   int64_t prepared_size(const Graph& graph, const Node& node, KernelFn kernel) const override {
     return optimised_ ? cpu::prepared_bytes(graph, node, kernel) : 0;
@@ -40,7 +40,7 @@ class CpuBackend final : public HostBackend {
   // An entry is reused only while the weight's owner is alive (its address cannot have been
   // reused); a weight without an owner is prepared per plan.
   const void* prepare_node(const Graph& graph, const Node& node, KernelFn kernel) override {
-    const int64_t bytes = optimised_ ? cpu::prepared_bytes(graph, node, kernel) : 0;
+    const int64_t bytes = prepared_size(graph, node, kernel);
     if (bytes == 0) return nullptr;
     const Node& weight_node = graph.node(node.inputs[1]);
     const ConstantData& weight = graph.constant_data(weight_node.constant);
