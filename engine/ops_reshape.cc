@@ -157,6 +157,27 @@ absl::InlinedVector<ReshapeGroup, 2 * kMaxRank> reshape_groups(const Shape& from
 void reshape_map(const Shape& from, const Shape& to, const Box& box, Boxes& out) {
   if (box.empty()) return;
   const auto groups = reshape_groups(from, to);
+  // Fast path (an LLM's [T, H * D] <-> [T, H, D] reshapes on every decode step): each group is
+  // either one dimension on both sides (its interval carries over) or whole in `box` (whole on
+  // the other side): the one box the general mapping below finds.
+  {
+    Box mapped = Box::of_rank(static_cast<int>(to.size()));
+    bool simple = true;
+    for (const ReshapeGroup& group : groups) {
+      if (group.from_end - group.from_begin == 1 && group.to_end - group.to_begin == 1) {
+        mapped[group.to_begin] = box[group.from_begin];
+        continue;
+      }
+      for (int d = group.from_begin; d < group.from_end && simple; ++d)
+        simple = box[d] == Interval(0, from[static_cast<size_t>(d)]);
+      if (!simple) break;
+      for (int d = group.to_begin; d < group.to_end; ++d) mapped[d] = Interval(0, to[static_cast<size_t>(d)]);
+    }
+    if (simple) {
+      out.push_back(mapped);
+      return;
+    }
+  }
   absl::InlinedVector<Boxes, 2 * kMaxRank> pieces(groups.size());
   for (size_t g = 0; g < groups.size(); ++g) {
     const ReshapeGroup& group = groups[g];

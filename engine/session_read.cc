@@ -161,6 +161,9 @@ void GraphSession::execute(const Plan& plan, std::span<const Step> steps, bool c
       if (to_user_[static_cast<size_t>(step.node)] >= 0) counted_.push_back(to_user_[static_cast<size_t>(step.node)]);
       stats_.steps += 1;
     }
+    // A transient value is valid only until reset_transients, which follows this read's copy
+    // out; nothing reads its valid region in between (mirrors aside).
+    if (!kept_[static_cast<size_t>(step.node)] && mirrors_.empty()) continue;
     Region& valid = valid_[static_cast<size_t>(step.node)];
     valid.add(step.compute);
     valid.shrink_to(options_.max_valid_boxes);

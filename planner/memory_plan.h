@@ -4,7 +4,9 @@
 // to the last step that reads it (the read's target lives to the end: its box is copied out).
 // Buffers are placed greedily in step order into the smallest free block that fits (ggml's
 // allocator works the same way); a block is freed after its last reader. An elementwise step
-// whose input dies at that step and has the same dtype and extent writes in place over it.
+// whose input dies at that step and has the same dtype and extent writes in place over it; so
+// does a reshape whose box is the same run of linear indices as its dying input's (the same
+// bytes: its kernel then moves nothing).
 // Offsets are multiples of 64 bytes; sizes come from bucketed extents so that one plan serves
 // every read of its pattern.
 #pragma once

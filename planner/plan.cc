@@ -16,6 +16,31 @@ bool elementwise(OpKind kind) {
   return kind == OpKind::Unary || kind == OpKind::Binary || kind == OpKind::Where || kind == OpKind::FusedElementwise;
 }
 
+// The elements of `box` (non-empty) have consecutive row-major linear indices in `shape`: every
+// dimension after the first one the box spans with more than one element is whole.
+bool linear_run(const Box& box, const Shape& shape) {
+  int d = 0;
+  while (d < box.rank() && box.extent(d) == 1) ++d;
+  for (++d; d < box.rank(); ++d)
+    if (box.begin(d) != 0 || box.end(d) != shape[static_cast<size_t>(d)]) return false;
+  return true;
+}
+
+int64_t linear_begin(const Box& box, const Shape& shape) {
+  int64_t at = 0;
+  for (int d = 0; d < box.rank(); ++d) at = at * shape[static_cast<size_t>(d)] + box.begin(d);
+  return at;
+}
+
+// A reshape keeps every element's row-major linear index: when its box and its input's box are
+// the same run of linear indices, both dense views hold the same bytes at the same offsets, so
+// the reshape may take over the input's block and its kernel finds nothing to move.
+bool same_bytes_as_input(const Node& node, const Box& out, const Node& input, const Box& in) {
+  if (node.kind != OpKind::Reshape || out.empty() || in.empty() || out.volume() != in.volume()) return false;
+  return linear_run(out, node.shape) && linear_run(in, input.shape) &&
+         linear_begin(out, node.shape) == linear_begin(in, input.shape);
+}
+
 // Per step: the index of the last step reading its node (steps.size() for the target), and the
 // step it may overwrite in place (-1 for none).
 struct Liveness {
@@ -40,14 +65,18 @@ Liveness liveness(const Graph& graph, NodeId target, std::span<const Step> steps
   for (int32_t i = 0; i < n; ++i) {
     const Step& step = steps[static_cast<size_t>(i)];
     const Node& node = graph.node(step.node);
-    if (!elementwise(node.kind) || kept[static_cast<size_t>(step.node)]) continue;
+    const bool reshape = node.kind == OpKind::Reshape;
+    if (!(elementwise(node.kind) || reshape) || kept[static_cast<size_t>(step.node)]) continue;
     const Box extent = step.compute.bounding_box();
     for (NodeId in : node.inputs) {
       const int32_t j = step_of(in);
       if (j < 0) continue;
       const Step& donor = steps[static_cast<size_t>(j)];
       if (kept[static_cast<size_t>(donor.node)] || live.last_use[static_cast<size_t>(j)] != i ||
-          graph.node(donor.node).dtype != node.dtype || !(donor.compute.bounding_box() == extent))
+          graph.node(donor.node).dtype != node.dtype)
+        continue;
+      const Box donor_extent = donor.compute.bounding_box();
+      if (reshape ? !(same_bytes_as_input(node, extent, graph.node(donor.node), donor_extent)) : !(donor_extent == extent))
         continue;
       live.in_place_of[static_cast<size_t>(i)] = j;
       break;

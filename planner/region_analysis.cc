@@ -34,7 +34,7 @@ void propagate_dirt(const Graph& graph, NodeId input, const Box& box, DirtScratc
         scratch.touched.push_back(id);
         listed[static_cast<size_t>(id)] = 1;
       }
-      if (out.rank() != node.rank()) out = Region(node.rank());
+      if (out.rank() != node.rank()) out.reset(node.rank());
       const OpDef& def = op_def(node.kind);
       for (const Box& b : in.boxes()) def.forward(graph, node, k, b, out);
     }
@@ -65,7 +65,8 @@ void plan_read(const Graph& graph, NodeId target, const Box& box, const ReadStat
   auto want_of = [&](NodeId id) -> Region& {
     Region& r = scratch.need[static_cast<size_t>(id)];
     if (!scratch.wanted[static_cast<size_t>(id)]) {
-      if (r.rank() != graph.node(id).rank()) r = Region(graph.node(id).rank());
+      // A need handed to a step last read comes back as that step's old, rank-0 region.
+      if (r.rank() != graph.node(id).rank()) r.reset(graph.node(id).rank());
       scratch.touched.push_back(id);
       scratch.wanted[static_cast<size_t>(id)] = 1;
     }
@@ -87,7 +88,12 @@ void plan_read(const Graph& graph, NodeId target, const Box& box, const ReadStat
     }
     // What is missing replaces the want in place (nothing reads a node's want after its own
     // visit): nothing valid (transient nodes) leaves all of it.
-    if (!valid.empty()) {
+    if (!valid.empty() && explain == nullptr) {
+      // In place: a copy of the want would copy its whole inline storage.
+      const int64_t before = reused != nullptr ? want.volume() : 0;
+      want.remove(valid);
+      if (reused != nullptr) (*reused)[static_cast<size_t>(id)] += before - want.volume();
+    } else if (!valid.empty()) {
       Region missing = want.subtract(valid);
       if (reused != nullptr) (*reused)[static_cast<size_t>(id)] += want.volume() - missing.volume();
       if (explain != nullptr) explain->push_back(NeedEntry{id, want, missing});

@@ -56,6 +56,12 @@ class Region {
   void add(const Region& other);     // other may be *this
   void remove(const Region& other);  // other may be *this (the region becomes empty)
   void clear() { boxes_.clear(); }
+  // Becomes the empty region of `rank` in place (assigning Region(rank) would copy the whole
+  // inline storage, ~0.5 KB).
+  void reset(int rank) {
+    boxes_.clear();
+    rank_ = rank;
+  }
   // Exchanges contents (moving a Region copies its whole inline storage, ~0.5 KB; a swap with
   // an empty one moves only the boxes held).
   void swap(Region& other) noexcept {

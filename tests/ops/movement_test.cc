@@ -1,7 +1,9 @@
 #include <doctest/doctest.h>
 
 #include <cstring>
+#include <functional>
 #include <numeric>
+#include <random>
 
 #include "engine/session.h"
 #include "tests/support/op_harness.h"
@@ -87,6 +89,54 @@ TEST_CASE("ops: reshape rules split and merge dims") {
            reshape_case({4, 9}, {2, 18}, DType::BF16),
        })
     check_rules(c, seed++);
+}
+
+TEST_CASE("ops: reshape maps a box whole in every merged or split group to exactly its elements") {
+  // Dims that map one to one keep any interval; a group of dims merged or split must be whole.
+  // Each such box maps to one box holding exactly the same elements (by linear index), both ways.
+  struct Pair {
+    Shape from, to;
+  };
+  std::mt19937_64 rng(7);
+  for (const Pair& p : {Pair{{6, 12}, {6, 3, 4}}, Pair{{6, 3, 4}, {6, 12}}, Pair{{2, 5, 6}, {2, 5, 2, 3}},
+                        Pair{{5, 1, 6}, {5, 6}}, Pair{{5, 6}, {1, 5, 6, 1}}, Pair{{4, 2, 3, 7}, {4, 6, 7}}}) {
+    Graph g;
+    Tensor y = reshape(g.input("x", p.from, DType::F32), p.to);
+    CAPTURE(shape_string(p.from));
+    CAPTURE(shape_string(p.to));
+    for (int trial = 0; trial < 20; ++trial) {
+      // A random box of `from`: an interval on dims of equal extent at the same position from
+      // the left that the groups keep one to one, whole elsewhere.
+      Box box = Box::full(p.from);
+      for (int d = 0; d < static_cast<int>(p.from.size()); ++d) {
+        const bool one_to_one = d < static_cast<int>(p.to.size()) && p.from[static_cast<size_t>(d)] == p.to[static_cast<size_t>(d)] &&
+                                std::accumulate(p.from.begin(), p.from.begin() + d, int64_t{1}, std::multiplies<>()) ==
+                                    std::accumulate(p.to.begin(), p.to.begin() + d, int64_t{1}, std::multiplies<>());
+        if (!one_to_one || p.from[static_cast<size_t>(d)] < 2) continue;
+        const int64_t n = p.from[static_cast<size_t>(d)];
+        const int64_t a = static_cast<int64_t>(rng() % static_cast<uint64_t>(n));
+        const int64_t b = a + 1 + static_cast<int64_t>(rng() % static_cast<uint64_t>(n - a));
+        box[d] = Interval(a, b);
+      }
+      CAPTURE(box.to_string());
+      const Region fwd = forward_of(y, 0, box);
+      REQUIRE(fwd.boxes().size() == 1);
+      const Box mapped = fwd.boxes()[0];
+      CHECK(mapped.volume() == box.volume());
+      // Every element of the box lands in the mapped box.
+      ref::for_each_index(box, [&](const int64_t* index) {
+        int64_t linear = 0;
+        for (size_t d = 0; d < p.from.size(); ++d) linear = linear * p.from[d] + index[d];
+        int64_t to_index[kMaxRank];
+        for (int d = static_cast<int>(p.to.size()) - 1; d >= 0; --d) {
+          to_index[d] = linear % p.to[static_cast<size_t>(d)];
+          linear /= p.to[static_cast<size_t>(d)];
+        }
+        CHECK(mapped.contains_point(to_index));
+      });
+      CHECK(needed_of(y, mapped)[0] == box);
+    }
+  }
 }
 
 TEST_CASE("ops: reshape of a row maps to exactly one box") {

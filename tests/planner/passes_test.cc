@@ -6,6 +6,7 @@
 #include "engine/ops.h"
 #include "engine/session.h"
 #include "planner/memory_plan.h"
+#include "planner/plan.h"
 #include "planner/passes.h"
 
 using namespace tessera;
@@ -109,6 +110,47 @@ TEST_CASE("planner: transients of a long elementwise chain share a small arena, 
   // Twelve 64x33 f32 transients; with reuse and in-place steps the arena holds about two.
   CHECK(transient.stats().arena_bytes <= 3 * 64 * 33 * 4);
   CHECK(transient.kept_bytes() == 0);
+}
+
+TEST_CASE("planner: a reshape over its dying input's run of elements takes over its block") {
+  Graph g;
+  Tensor x = g.input("x", {6, 12}, DType::F32);
+  Tensor a = tanh(x);
+  Tensor r = reshape(a, {6, 3, 4});
+  Tensor y = tanh(r);
+  g.output("y", y);
+  const std::vector<uint8_t> transient(static_cast<size_t>(g.size()), 0);
+  // The plan of reading y over `out` (a row-major [6, 3, 4] box) when a is needed over `in`.
+  auto reshape_in_place = [&](const Box& in, const Box& out) {
+    std::vector<Step> steps(3);
+    steps[0].node = a.id;
+    steps[0].compute = Region(in);
+    steps[1].node = r.id;
+    steps[1].compute = Region(out);
+    steps[2].node = y.id;
+    steps[2].compute = Region(out);
+    std::unique_ptr<Plan> plan = compile_plan(g, plan_pattern(g, 0, "cpu", y.id, steps, transient));
+    REQUIRE(plan != nullptr);
+    return plan->steps[1].in_place;
+  };
+  // Rows, or heads of one row: the same elements in the same order on both sides.
+  CHECK(reshape_in_place(Box{{2, 3}, {0, 12}}, Box{{2, 3}, {0, 3}, {0, 4}}));
+  CHECK(reshape_in_place(Box{{1, 4}, {0, 12}}, Box{{1, 4}, {0, 3}, {0, 4}}));
+  CHECK(reshape_in_place(Box{{2, 3}, {4, 8}}, Box{{2, 3}, {1, 2}, {0, 4}}));
+  // One head of several rows: a's dense box holds other elements between the rows.
+  CHECK_FALSE(reshape_in_place(Box{{0, 4}, {4, 8}}, Box{{0, 4}, {1, 2}, {0, 4}}));
+  CHECK(reshape_in_place(Box{{2, 3}, {0, 8}}, Box{{2, 3}, {0, 2}, {0, 4}}));
+
+  // Reads through in-place reshapes give the bits of a session that keeps every value.
+  GraphSession none(g), all(g);
+  for (NodeId id = 0; id < g.size(); ++id) none.set_keep(id, Keep::Never);
+  for (NodeId id = 0; id < g.size(); ++id) all.set_keep(id, Keep::Always);
+  for (GraphSession* s : {&none, &all}) s->write("x", Box{{0, 6}, {0, 12}}, ramp(6 * 12, 0.3f));
+  for (const Box& box : {Box{{2, 3}, {0, 3}, {0, 4}}, Box{{2, 3}, {1, 2}, {0, 4}}, Box{{0, 4}, {1, 2}, {0, 4}},
+                         Box{{1, 5}, {0, 3}, {2, 4}}, Box{{0, 6}, {0, 3}, {0, 4}}}) {
+    CAPTURE(box.to_string());
+    CHECK(none.read<float>("y", box) == all.read<float>("y", box));
+  }
 }
 
 TEST_CASE("planner: explain says what a read would compute and why, running nothing") {
