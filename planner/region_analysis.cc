@@ -117,9 +117,9 @@ void plan_read(const Graph& graph, NodeId target, const Box& box, const ReadStat
     }
     scratch.stepped.push_back(id);
   }
-  // Steps in topological order, each region handed over once by a swap (a Region is ~0.5 KB
-  // of inline storage, which a move copies whole: building the steps backwards and reversing
-  // them was most of a decode step's planning time, and moves were still a quarter of it).
+  // Steps in topological order, each region handed over once by a swap (a move copies a
+  // Region's whole inline storage: building the steps backwards and reversing them was most of
+  // a decode step's planning time when it held four boxes, and moves were still a quarter).
   steps.reserve(scratch.stepped.size());
   for (auto it = scratch.stepped.rbegin(); it != scratch.stepped.rend(); ++it) {
     Step& step = steps.emplace_back();

@@ -11,9 +11,9 @@
 
 namespace tessera {
 
-// Reusable scratch of propagate_dirt, so that a write does not allocate once warm (a Region is
-// ~0.5 KB: one per node of a real model is an allocation large enough to be mapped and
-// unmapped on every write).
+// Reusable scratch of propagate_dirt, so that a write does not allocate once warm (a vector of
+// one Region per node of a real model is an allocation large enough to be mapped and unmapped
+// on every write).
 struct DirtScratch {
   std::vector<Region> dirty;    // per node; entries not in `touched` are empty
   std::vector<NodeId> touched;  // nodes that may have dirt (every node with dirt), ascending

@@ -2,8 +2,11 @@
 // Canonical form: boxes are disjoint, non-empty, adjacent boxes that differ in a single
 // dimension are coalesced (so appending a row to a block of rows stays one box), and the
 // boxes are sorted (by the begins, so the first dimension's begin is the primary key: queries
-// use it to skip boxes that lie past a box cheaply). Small regions (up to 4 boxes) do not
-// allocate.
+// use it to skip boxes that lie past a box cheaply). A region of one box (the common case: a
+// decode step's rows, a kept cache's valid rows) does not allocate; one inline box keeps a
+// Region at ~150 bytes, so the per-node tables a read and a write walk (valid, need, dirt,
+// steps) stay a few lines per node (with four inline boxes, ~560 bytes, a SmolLM2 decode step
+// planned in ~200 us and wrote in ~100; with one, ~160 and ~65).
 //
 // Two ways to bound the box count, for opposite uses:
 //   cap(n):       a SUPERSET (bounding box), for need regions: computing more is only slower;
@@ -22,7 +25,7 @@ namespace tessera {
 
 class Region {
  public:
-  using Boxes = absl::InlinedVector<Box, 4>;
+  using Boxes = absl::InlinedVector<Box, 1>;
 
   Region() = default;
   explicit Region(int rank) : rank_(rank) {}
@@ -57,13 +60,13 @@ class Region {
   void remove(const Region& other);  // other may be *this (the region becomes empty)
   void clear() { boxes_.clear(); }
   // Becomes the empty region of `rank` in place (assigning Region(rank) would copy the whole
-  // inline storage, ~0.5 KB).
+  // inline storage).
   void reset(int rank) {
     boxes_.clear();
     rank_ = rank;
   }
-  // Exchanges contents (moving a Region copies its whole inline storage, ~0.5 KB; a swap with
-  // an empty one moves only the boxes held).
+  // Exchanges contents (moving a Region copies its whole inline storage; a swap with an empty
+  // one moves only the boxes held).
   void swap(Region& other) noexcept {
     std::swap(rank_, other.rank_);
     boxes_.swap(other.boxes_);
