@@ -282,7 +282,9 @@ class GraphSession {
   Plan& compile(PlanPattern pattern, bool dump);
   std::vector<Region> simulated_valid(bool transients_valid) const;
   void remove_dirt(std::vector<Region>& valid, NodeId input, const Box& box) const;
-  void execute(const Plan& plan, std::span<const Step> steps, bool count);
+  // `target_out`: when set, the last step's output (the read's transient target, computed over
+  // exactly the box read) is written there (the caller's buffer) instead of into the arena.
+  void execute(const Plan& plan, std::span<const Step> steps, bool count, std::byte* target_out = nullptr);
   void reset_transients(std::span<const Step> steps);
   // The pool's backend for the options (shared by the pool's sessions with the same choice).
   std::shared_ptr<Backend> make_backend(const SessionOptions& options, bool fallback);

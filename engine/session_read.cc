@@ -100,7 +100,7 @@ Plan& GraphSession::compile(PlanPattern pattern, bool dump) {
 // buffers. Consecutive steps on one backend run in one backend call (one parallel region on
 // the CPU); inputs from the other side are copied first (input_view). On failure the failed
 // step's output is not marked valid, the transients are reset by the caller, and Error is thrown.
-void GraphSession::execute(const Plan& plan, std::span<const Step> steps, bool count) {
+void GraphSession::execute(const Plan& plan, std::span<const Step> steps, bool count, std::byte* target_out) {
   if (plan.prepared == nullptr)
     throw Error("[plan] internal error: running a plan the backend did not prepare");
   std::byte* arena = pool_->arena(plan.arena_bytes);
@@ -117,6 +117,7 @@ void GraphSession::execute(const Plan& plan, std::span<const Step> steps, bool c
     Value& v = values_[static_cast<size_t>(step.node)];
     if (on_device(step.node)) device_view(step.node, plan, ps, step.compute.bounding_box());
     else if (ps.arena_offset < 0) ensure_buffer(step.node, Box::full(n.shape));
+    else if (target_out != nullptr && i + 1 == steps.size()) v.view = dense_view(target_out, n.dtype, step.compute.bounding_box());
     else v.view = dense_view(arena + ps.arena_offset, n.dtype, step.compute.bounding_box());
     total_inputs += n.inputs.size();
   }
@@ -233,6 +234,7 @@ void GraphSession::read_checked(NodeId node, const Box& box, std::span<std::byte
   }
   if (keep_changed_ || (options_.cache_budget_bytes >= 0 && ++reads_since_ranking_ >= 16)) choose_kept();
   plan_read(*graph_, target, box, read_state(), scratch_, steps_, &reused_);
+  bool direct = false;  // the target is computed straight into `out`
   if (dump_enabled("plan"))
     std::fprintf(stderr, "[plan] read %s %s: %zu steps\n%s", op_display_name(tn).c_str(), box.to_string().c_str(),
                  steps_.size(), last_plan().c_str());
@@ -240,15 +242,26 @@ void GraphSession::read_checked(NodeId node, const Box& box, std::span<std::byte
     Plan& plan = plan_for(target, steps_, true);
     plan.runs += 1;
     stats_.plan_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    execute(plan, steps_, true);
+    // A transient target computed over exactly the box read (a decode step's logits row) is
+    // written straight into `out`: no copy out (Gemma-3's 1 MB logits row took ~130 us to copy).
+    // Kernels write views at any element-aligned address (sub-boxes of kept buffers).
+    direct = !steps_.empty() && steps_.back().node == target && !kept_[static_cast<size_t>(target)] &&
+             !on_device(target) && reinterpret_cast<uintptr_t>(out.data()) % static_cast<uintptr_t>(dtype_size(dtype)) == 0 &&
+             steps_.back().compute.boxes().size() == 1 && steps_.back().compute.boxes()[0] == box;
+    execute(plan, steps_, true, direct ? out.data() : nullptr);
   } catch (...) {
     reset_transients(steps_);
     stats_.plans = plans_.stats();
     throw;
   }
   try {
-    if (on_device(target)) copy_to_host(target, box, out.data());
-    else copy_box_from_view(result.view, box, out.data());
+    if (direct) {
+      // Already there.
+    } else if (on_device(target)) {
+      copy_to_host(target, box, out.data());
+    } else {
+      copy_box_from_view(result.view, box, out.data());
+    }
   } catch (...) {
     reset_transients(steps_);
     throw;

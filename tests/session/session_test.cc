@@ -196,3 +196,37 @@ TEST_CASE("session: weights of different shapes over the same bytes get packings
   CHECK(square == run(64, 64, copy_square.data()));
   CHECK(tall == run(128, 32, copy_tall.data()));
 }
+
+TEST_CASE("session: a transient target read over exactly its box is computed into the caller's buffer") {
+  // The read's last step writes the caller's buffer directly (no copy out): at any element
+  // alignment, for a reshape whose input is computed in place or not, a linear, and a reduction,
+  // bitwise as through the arena (a read whose box is not the step's box, or of a kept value).
+  Graph g;
+  Tensor x = g.input("x", {8, 12}, DType::F32);
+  Tensor a = tanh(x);
+  g.output("r", reshape(a, {8, 3, 4}));
+  g.output("l", linear(a, g.constant({5, 12}, iota_values(60, -30.0f))));
+  g.output("t", tanh(a) * x);
+  SessionOptions nothing_kept;
+  nothing_kept.cache_budget_bytes = 0;
+  GraphSession transient(g, nothing_kept), kept(g);
+  std::vector<float> xs = iota_values(8 * 12, -40.0f);
+  for (float& v : xs) v *= 0.05f;
+  for (GraphSession* s : {&transient, &kept}) s->write<float>("x", Box{{0, 8}, {0, 12}}, xs);
+  struct Read {
+    const char* output;
+    Box box;
+  };
+  for (const Read& r : {Read{"r", Box{{2, 3}, {0, 3}, {0, 4}}}, Read{"r", Box{{1, 6}, {1, 3}, {0, 4}}},
+                        Read{"l", Box{{3, 4}, {0, 5}}}, Read{"l", Box{{0, 8}, {1, 4}}}, Read{"t", Box{{4, 7}, {2, 9}}}}) {
+    CAPTURE(r.output);
+    CAPTURE(r.box.to_string());
+    const std::vector<float> expected = kept.read<float>(r.output, r.box);
+    for (size_t offset : {size_t{0}, size_t{1}, size_t{3}}) {  // 4-byte aligned, not 16
+      std::vector<float> buffer(expected.size() + offset, -1.0f);
+      transient.read(r.output, r.box, std::as_writable_bytes(std::span<float>(buffer).subspan(offset)));
+      CHECK(std::vector<float>(buffer.begin() + static_cast<std::ptrdiff_t>(offset), buffer.end()) == expected);
+      for (size_t i = 0; i < offset; ++i) CHECK(buffer[i] == -1.0f);
+    }
+  }
+}
