@@ -181,12 +181,16 @@ void GraphSession::execute(const Plan& plan, std::span<const Step> steps, bool c
 }
 
 // Transient values exist only during the read that computes them.
+// Without mirrors execute never marks a transient valid (and apply_kept's drop clears the valid
+// region of a value that stops being kept), so only the view's address needs forgetting.
 void GraphSession::reset_transients(std::span<const Step> steps) {
   for (const Step& step : steps)
     if (!kept_[static_cast<size_t>(step.node)]) {
-      valid_[static_cast<size_t>(step.node)].clear();
-      values_[static_cast<size_t>(step.node)].view = TensorView{};
-      if (!mirrors_.empty()) mirrors_[static_cast<size_t>(step.node)].valid.clear();
+      values_[static_cast<size_t>(step.node)].view.data = nullptr;
+      if (!mirrors_.empty()) {
+        valid_[static_cast<size_t>(step.node)].clear();
+        mirrors_[static_cast<size_t>(step.node)].valid.clear();
+      }
     }
 }
 

@@ -53,11 +53,10 @@ Liveness liveness(const Graph& graph, NodeId target, std::span<const Step> steps
   Liveness live;
   live.last_use.assign(steps.size(), -1);
   live.in_place_of.assign(steps.size(), -1);
-  // Steps come in topological order, i.e. by increasing node id: find a node's step by bisection.
-  auto step_of = [&](NodeId node) -> int32_t {
-    auto it = std::lower_bound(steps.begin(), steps.end(), node, [](const Step& s, NodeId id) { return s.node < id; });
-    return it != steps.end() && it->node == node ? static_cast<int32_t>(it - steps.begin()) : -1;
-  };
+  // Each node's step (-1: none), by node id.
+  std::vector<int32_t> step_index(static_cast<size_t>(graph.size()), -1);
+  for (int32_t i = 0; i < n; ++i) step_index[static_cast<size_t>(steps[static_cast<size_t>(i)].node)] = i;
+  auto step_of = [&](NodeId node) -> int32_t { return step_index[static_cast<size_t>(node)]; };
   for (int32_t i = 0; i < n; ++i)
     for (NodeId in : graph.node(steps[static_cast<size_t>(i)].node).inputs)
       if (const int32_t j = step_of(in); j >= 0) live.last_use[static_cast<size_t>(j)] = i;
