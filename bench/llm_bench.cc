@@ -178,7 +178,9 @@ double decode(GraphSession& s, std::vector<int32_t> ids, int64_t vocab, int step
     const double start = now_seconds();
     s.write("ids", Box{{t, t + 1}}, std::vector<int32_t>{next});
     const double written = now_seconds();
-    row = s.read<float>("logits", Box{{t, t + 1}, {0, vocab}});
+    // Into the same buffer every step (as a decode loop would): the engine computes the logits
+    // row straight into it, no allocation or copy.
+    s.read("logits", Box{{t, t + 1}, {0, vocab}}, std::as_writable_bytes(std::span<float>(row)));
     total += now_seconds() - start;
     overheads.plan.push_back(s.stats().plan_seconds);
     overheads.write.push_back(written - start);
