@@ -16,8 +16,6 @@ namespace tessera::cpu {
 
 namespace {
 
-// Output rows map to consecutive row-major linear indices of the input; each row is copied in
-// runs that stay within one input row.
 // Whether the run of row-major linear indices [first, first + count) of a tensor of `shape`
 // lies in `view` one element after another: every dimension whose index changes along the run
 // has the dense stride.
@@ -57,6 +55,8 @@ bool same_elements(const TensorView& in, const Shape& in_shape, const TensorView
          run_is_dense(in, in_shape, first, count);
 }
 
+// Output rows map to consecutive row-major linear indices of the input; each row is copied in
+// runs that stay within one input row.
 absl::Status reshape_copy(const KernelArgs& args) {
   const Box& box = args.box;
   if (box.empty()) return absl::OkStatus();
