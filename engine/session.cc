@@ -365,6 +365,9 @@ void GraphSession::write(std::string_view input, const Box& box, std::span<const
   write_log_.push_back({sequence, absl::StrCat("write #", sequence, " to '", std::string(input), "' ", box.to_string())});
   propagate_dirt(*graph_, id, box, dirt_scratch_);
   for (NodeId k : dirt_scratch_.touched) {
+    // Transient values hold nothing valid between reads (reset_transients), and dirt reaches no
+    // fixed node but the input written: only kept values can lose validity.
+    if (!kept_[static_cast<size_t>(k)]) continue;
     const Region& d = dirt_scratch_.dirty[static_cast<size_t>(k)];
     if (k == id || d.empty()) continue;
     Region& valid = valid_[static_cast<size_t>(k)];
