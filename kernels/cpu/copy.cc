@@ -67,7 +67,8 @@ absl::Status reshape_copy(const KernelArgs& args) {
   const TensorView& in = args.inputs[0];
   if (out_rank == 0 || in_rank == 0) {
     int64_t zero[kMaxRank] = {};
-    std::memcpy(element(args.out, zero, size), element(in, zero, size), static_cast<size_t>(size));
+    // The one element; the same address when the planner placed the reshape over its input.
+    std::memmove(element(args.out, zero, size), element(in, zero, size), static_cast<size_t>(size));
     return absl::OkStatus();
   }
   if (same_elements(in, args.inputs[0].shape, args.out, out_shape, box)) return absl::OkStatus();

@@ -151,6 +151,30 @@ TEST_CASE("planner: a reshape over its dying input's run of elements takes over 
     CAPTURE(box.to_string());
     CHECK(none.read<float>("y", box) == all.read<float>("y", box));
   }
+
+  // A scalar: the one element is the same run on both sides.
+  Graph h;
+  Tensor s = h.input("s", {1}, DType::F32);
+  Tensor t = tanh(s);
+  Tensor scalar_of_t = reshape(t, {});
+  Tensor z = tanh(scalar_of_t);
+  h.output("z", z);
+  std::vector<Step> steps(3);
+  steps[0].node = t.id;
+  steps[0].compute = Region(Box{{0, 1}});
+  steps[1].node = scalar_of_t.id;
+  steps[1].compute = Region(Box::of_rank(0));
+  steps[2].node = z.id;
+  steps[2].compute = Region(Box::of_rank(0));
+  const std::vector<uint8_t> none_kept(static_cast<size_t>(h.size()), 0);
+  std::unique_ptr<Plan> plan = compile_plan(h, plan_pattern(h, 0, "cpu", z.id, steps, none_kept));
+  REQUIRE(plan != nullptr);
+  CHECK(plan->steps[1].in_place);
+  SessionOptions nothing_kept;
+  nothing_kept.cache_budget_bytes = 0;
+  GraphSession scalar(h, nothing_kept), kept_scalar(h);
+  for (GraphSession* session : {&scalar, &kept_scalar}) session->write<float>("s", Box{{0, 1}}, std::vector<float>{0.7f});
+  CHECK(scalar.read<float>("z", Box::of_rank(0)) == kept_scalar.read<float>("z", Box::of_rank(0)));
 }
 
 TEST_CASE("planner: explain says what a read would compute and why, running nothing") {
