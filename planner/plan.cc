@@ -16,28 +16,12 @@ bool elementwise(OpKind kind) {
   return kind == OpKind::Unary || kind == OpKind::Binary || kind == OpKind::Where || kind == OpKind::FusedElementwise;
 }
 
-// The elements of `box` (non-empty) have consecutive row-major linear indices in `shape`: every
-// dimension after the first one the box spans with more than one element is whole.
-bool linear_run(const Box& box, const Shape& shape) {
-  int d = 0;
-  while (d < box.rank() && box.extent(d) == 1) ++d;
-  for (++d; d < box.rank(); ++d)
-    if (box.begin(d) != 0 || box.end(d) != shape[static_cast<size_t>(d)]) return false;
-  return true;
-}
-
-int64_t linear_begin(const Box& box, const Shape& shape) {
-  int64_t at = 0;
-  for (int d = 0; d < box.rank(); ++d) at = at * shape[static_cast<size_t>(d)] + box.begin(d);
-  return at;
-}
-
 // A reshape keeps every element's row-major linear index: when its box and its input's box are
 // the same run of linear indices, both dense views hold the same bytes at the same offsets, so
 // the reshape may take over the input's block and its kernel finds nothing to move.
 bool same_bytes_as_input(const Node& node, const Box& out, const Node& input, const Box& in) {
   if (node.kind != OpKind::Reshape || out.empty() || in.empty() || out.volume() != in.volume()) return false;
-  return linear_run(out, node.shape) && linear_run(in, input.shape) &&
+  return is_linear_run(out, node.shape) && is_linear_run(in, input.shape) &&
          linear_begin(out, node.shape) == linear_begin(in, input.shape);
 }
 

@@ -103,4 +103,18 @@ bool operator<(const Box& a, const Box& b) {
   return false;
 }
 
+bool is_linear_run(const Box& box, std::span<const int64_t> shape) {
+  int d = 0;
+  while (d < box.rank() && box.extent(d) == 1) ++d;
+  for (++d; d < box.rank(); ++d)
+    if (box.begin(d) != 0 || box.end(d) != shape[static_cast<size_t>(d)]) return false;
+  return true;
+}
+
+int64_t linear_begin(const Box& box, std::span<const int64_t> shape) {
+  int64_t at = 0;
+  for (int d = 0; d < box.rank(); ++d) at = at * shape[static_cast<size_t>(d)] + box.begin(d);
+  return at;
+}
+
 }  // namespace tessera

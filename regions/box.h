@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <initializer_list>
+#include <span>
 #include <string>
 
 namespace tessera {
@@ -82,5 +83,12 @@ class Box {
   int rank_ = 0;
   std::array<Interval, kMaxRank> dims_{};
 };
+
+// Row-major linear indices of the elements of a tensor of `shape` (outermost dimension first):
+// whether those of a non-empty `box` are one run of consecutive indices (every dimension after
+// the first one the box spans with more than one element is whole), and the index of the box's
+// first element.
+bool is_linear_run(const Box& box, std::span<const int64_t> shape);
+int64_t linear_begin(const Box& box, std::span<const int64_t> shape);
 
 }  // namespace tessera

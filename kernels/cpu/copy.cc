@@ -29,22 +29,15 @@ bool run_is_dense(const TensorView& view, const Shape& shape, int64_t first, int
 }
 
 // Whether a reshape's output box already holds its elements: the box is one run of row-major
-// linear indices (every dimension after the first it spans with more than one element is
-// whole), that run lies densely in both views, and it starts at the same address in both. The
-// planner places a reshape over its dying input's block when its box and the input's are the
-// same run (planner/plan.cc).
+// linear indices, that run lies densely in both views, and it starts at the same address in
+// both. The planner places a reshape over its dying input's block when its box and the input's
+// are the same run (planner/plan.cc, with the same is_linear_run).
 bool same_elements(const TensorView& in, const Shape& in_shape, const TensorView& out, const Shape& out_shape,
                    const Box& box) {
-  const int rank = box.rank();
-  int d = 0;
-  while (d < rank && box.extent(d) == 1) ++d;
-  for (int e = d + 1; e < rank; ++e)
-    if (box.begin(e) != 0 || box.end(e) != out_shape[static_cast<size_t>(e)]) return false;
-  int64_t first = 0, out_index[kMaxRank], in_index[kMaxRank];
-  for (int e = 0; e < rank; ++e) {
-    out_index[e] = box.begin(e);
-    first = first * out_shape[static_cast<size_t>(e)] + box.begin(e);
-  }
+  if (!is_linear_run(box, out_shape)) return false;
+  const int64_t first = linear_begin(box, out_shape);
+  int64_t out_index[kMaxRank], in_index[kMaxRank];
+  for (int e = 0; e < box.rank(); ++e) out_index[e] = box.begin(e);
   int64_t rest = first;
   for (int e = static_cast<int>(in_shape.size()) - 1; e >= 0; --e) {
     in_index[e] = rest % in_shape[static_cast<size_t>(e)];

@@ -466,3 +466,17 @@ TEST_CASE("regions: Box::reset and Region::swap") {
   CHECK(none == many_copy);
   CHECK(none.rank() == 2);
 }
+
+TEST_CASE("box: linear runs of a row-major shape") {
+  const std::vector<int64_t> shape = {4, 3, 5};
+  CHECK(is_linear_run(Box{{2, 3}, {0, 3}, {0, 5}}, shape));  // one row
+  CHECK(is_linear_run(Box{{1, 4}, {0, 3}, {0, 5}}, shape));  // rows
+  CHECK(is_linear_run(Box{{2, 3}, {1, 2}, {1, 4}}, shape));  // part of one innermost row
+  CHECK(is_linear_run(Box{{2, 3}, {1, 3}, {0, 5}}, shape));  // whole rows of one slab
+  CHECK_FALSE(is_linear_run(Box{{1, 3}, {1, 2}, {0, 5}}, shape));  // one row of each of two slabs
+  CHECK_FALSE(is_linear_run(Box{{2, 3}, {0, 2}, {1, 4}}, shape));  // parts of two rows
+  CHECK(linear_begin(Box{{2, 3}, {1, 2}, {1, 4}}, shape) == 2 * 15 + 1 * 5 + 1);
+  CHECK(linear_begin(Box::full(shape), shape) == 0);
+  CHECK(is_linear_run(Box::of_rank(0), std::vector<int64_t>{}));  // the scalar
+  CHECK(linear_begin(Box::of_rank(0), std::vector<int64_t>{}) == 0);
+}
