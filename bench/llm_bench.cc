@@ -7,7 +7,9 @@
 // alternate (ours, then each peer's) so that all see the same machine load. Prints min and
 // median over the rounds, the load average seen and the decode bandwidth bound: the weight bytes
 // one decoded token reads over the read bandwidth measured in this run (a read loop over a 1 GiB
-// huge-page buffer with the same thread count). Then, per model, for the last session: the
+// huge-page buffer with the same thread count, once at the start and again right after each of
+// our rounds: the bound uses the median of the rounds' reads, and each round's decode is also
+// put against its own read's bound, since the machine's bandwidth moves within a run). Then, per model, for the last session: the
 // planner's share of a decode step, the plan cache's hits and the time of a read that needs no
 // recomputation.
 //
@@ -97,13 +99,19 @@ __attribute__((target("avx2"))) uint64_t sum_avx2(const std::byte* p, size_t byt
 }
 
 // Bytes per second of reading a 1 GiB buffer of transparent huge pages, split across `threads`
-// threads; the best of `passes`.
+// threads; the best of `passes`. The buffer is made once and kept (each round measures again,
+// right after our decode: llm_bench pairs each round with its own read).
 double read_bandwidth(int threads, int passes) {
   constexpr size_t kBytes = size_t{1} << 30, kHuge = size_t{2} << 20;
-  std::byte* buffer = static_cast<std::byte*>(std::aligned_alloc(kHuge, kBytes));
+  static std::byte* buffer = [] {
+    auto* b = static_cast<std::byte*>(std::aligned_alloc(kHuge, kBytes));
+    if (b != nullptr) {
+      madvise(b, kBytes, MADV_HUGEPAGE);
+      std::memset(b, 1, kBytes);
+    }
+    return b;
+  }();
   if (buffer == nullptr) return 0;
-  madvise(buffer, kBytes, MADV_HUGEPAGE);
-  std::memset(buffer, 1, kBytes);
   double best = 0;
   std::vector<uint64_t> sums(static_cast<size_t>(threads));
   for (int pass = 0; pass < passes; ++pass) {
@@ -116,7 +124,6 @@ double read_bandwidth(int threads, int passes) {
     best = std::max(best, static_cast<double>(kBytes) / seconds_since(start));
   }
   for (uint64_t s : sums) g_sink = g_sink + s;  // the sums are used: the loads stay
-  std::free(buffer);
   return best;
 }
 
@@ -508,6 +515,7 @@ int main(int argc, char** argv) {
         s.reset();
         s = model->new_session(session_options);
         std::vector<Figures> ours;
+        std::vector<double> round_bandwidth;  // a read right after each of our rounds
         std::vector<std::vector<Figures>> theirs(peers.size());
         std::vector<std::unique_ptr<Peer>> running;
         for (const PeerKind& kind : peers) {
@@ -535,6 +543,7 @@ int main(int argc, char** argv) {
           std::fprintf(stderr, "%s, %d thread(s): round %d/%d (load %.2f)\n", path.c_str(), options.threads[t],
                        round + 1, options.rounds, loads.back());
           ours.push_back(measure(*s, corpus, vocab, options.steps, at_128, at_1024));
+          round_bandwidth.push_back(read_bandwidth(options.threads[t], 2));
           if (device) on_device.push_back(measure(*device, corpus, vocab, options.steps, device_plans, device_plans, options.backend_full));
           for (size_t p = 0; p < running.size(); ++p) {
             Figures f;
@@ -560,8 +569,25 @@ int main(int argc, char** argv) {
         row("tessera", ours);
         row(options.backend.c_str(), on_device);
         for (size_t p = 0; p < peers.size(); ++p) row(peers[p].label, theirs[p]);
+        // The bound with the median of the rounds' reads; each round's decode against the bound of
+        // its own read (the machine's bandwidth moves within a run), best and median round.
         std::printf("%3d %-9s | %15s | %15s | %15s | %15s | %6.1f tokens/s\n", options.threads[t], "bound", "", "", "",
-                    "", bandwidth[t] / weight_bytes);
+                    "", median_of(round_bandwidth) / weight_bytes);
+        auto paired = [&](double Figures::*field) {
+          std::vector<double> shares;
+          for (size_t r = 0; r < ours.size() && r < round_bandwidth.size(); ++r)
+            if (ours[r].*field > 0 && round_bandwidth[r] > 0)
+              shares.push_back(100 * weight_bytes / (ours[r].*field * round_bandwidth[r]));
+          if (shares.empty()) return std::string(15, ' ');
+          char text[32];
+          std::snprintf(text, sizeof(text), "%5.1f%% / %4.1f%%", *std::max_element(shares.begin(), shares.end()),
+                        median_of(shares));
+          return std::string(text);
+        };
+        std::printf("%3d %-9s | %15s | %15s | %15s | %15s | reads %.1f-%.1f GB/s\n", options.threads[t], "of bound", "",
+                    "", paired(&Figures::decode128).c_str(), paired(&Figures::decode1024).c_str(),
+                    min_of(round_bandwidth) * 1e-9,
+                    round_bandwidth.empty() ? 0.0 : *std::max_element(round_bandwidth.begin(), round_bandwidth.end()) * 1e-9);
         if (!on_device.empty())
           std::printf("%3d %-9s : %s; per read %lld steps on the CPU fallback (prefill), %lld (decode) with %lld copies\n",
                       options.threads[t], options.backend.c_str(), device->backend().description().c_str(),
@@ -586,7 +612,9 @@ int main(int argc, char** argv) {
   }
   loads.push_back(load_average());
   std::printf("\n(prefill: tokens/s of a prefill from an empty context; decode: greedy tokens/s at that context; "
-              "bound: read bandwidth / weight bytes per token)\nload average (1 min) seen: min %.2f, max %.2f\n",
+              "bound: read bandwidth / weight bytes per token, with the median of the reads made right after each of "
+              "our rounds; of bound: each round's decode against its own read's bound, best / median round)\n"
+              "load average (1 min) seen: min %.2f, max %.2f\n",
               min_of(loads), *std::max_element(loads.begin(), loads.end()));
   return 0;
 }
