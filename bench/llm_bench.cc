@@ -543,7 +543,7 @@ int main(int argc, char** argv) {
           std::fprintf(stderr, "%s, %d thread(s): round %d/%d (load %.2f)\n", path.c_str(), options.threads[t],
                        round + 1, options.rounds, loads.back());
           ours.push_back(measure(*s, corpus, vocab, options.steps, at_128, at_1024));
-          round_bandwidth.push_back(read_bandwidth(options.threads[t], 2));
+          round_bandwidth.push_back(read_bandwidth(options.threads[t], 3));
           if (device) on_device.push_back(measure(*device, corpus, vocab, options.steps, device_plans, device_plans, options.backend_full));
           for (size_t p = 0; p < running.size(); ++p) {
             Figures f;
