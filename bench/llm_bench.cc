@@ -69,6 +69,7 @@ double now_seconds() {
 }
 
 double min_of(const std::vector<double>& v) { return v.empty() ? 0 : *std::min_element(v.begin(), v.end()); }
+double max_of(const std::vector<double>& v) { return v.empty() ? 0 : *std::max_element(v.begin(), v.end()); }
 double median_of(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -583,14 +584,13 @@ int main(int argc, char** argv) {
               shares.push_back(100 * weight_bytes / (ours[r].*field * round_bandwidth[r]));
           if (shares.empty()) return std::string(15, ' ');
           char text[32];
-          std::snprintf(text, sizeof(text), "%5.1f%% / %4.1f%%", *std::max_element(shares.begin(), shares.end()),
+          std::snprintf(text, sizeof(text), "%5.1f%% / %4.1f%%", max_of(shares),
                         median_of(shares));
           return std::string(text);
         };
         std::printf("%3d %-9s | %15s | %15s | %15s | %15s | reads %.1f-%.1f GB/s\n", options.threads[t], "of bound", "",
                     "", paired(&Figures::decode128).c_str(), paired(&Figures::decode1024).c_str(),
-                    min_of(round_bandwidth) * 1e-9,
-                    round_bandwidth.empty() ? 0.0 : *std::max_element(round_bandwidth.begin(), round_bandwidth.end()) * 1e-9);
+                    min_of(round_bandwidth) * 1e-9, max_of(round_bandwidth) * 1e-9);
         if (!on_device.empty())
           std::printf("%3d %-9s : %s; per read %lld steps on the CPU fallback (prefill), %lld (decode) with %lld copies\n",
                       options.threads[t], options.backend.c_str(), device->backend().description().c_str(),
@@ -618,6 +618,6 @@ int main(int argc, char** argv) {
               "bound: read bandwidth / weight bytes per token, with the median of the reads made right after each of "
               "our rounds; of bound: each round's decode against its own read's bound, best / median round)\n"
               "load average (1 min) seen: min %.2f, max %.2f\n",
-              min_of(loads), *std::max_element(loads.begin(), loads.end()));
+              min_of(loads), max_of(loads));
   return 0;
 }
