@@ -3,8 +3,8 @@
 // the reference kernels (odd shapes, broadcasting, no fallback), strided views through the backend
 // interface, the random-graph differential test (incremental vs fresh, bitwise, with the CPU as
 // fallback), and the kernel cache (a warm backend compiles nothing). Without a device the tests
-// say so and skip; under CI=true a missing device is a failure (scripts/setup.sh installs PoCL
-// and lavapipe).
+// say so and skip; under CI=true a missing OpenCL or Vulkan device is a failure (scripts/setup.sh
+// installs PoCL and lavapipe), a missing CUDA GPU a skip.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -24,6 +24,7 @@
 #include "engine/ops.h"
 #include "engine/session.h"
 #include "kernels/ref/ref_kernels.h"
+#include "tests/gpu/no_device.h"
 #include "tests/session/random_graph.h"
 
 namespace tessera::gpu_testing {
@@ -54,16 +55,14 @@ struct Env {
   std::filesystem::path cache;
 };
 
-// The backend, or nullptr after saying why (a failure under CI=true).
+// The backend, or nullptr after saying why (tests/gpu/no_device.h).
 inline std::unique_ptr<Backend> open_backend(const std::string& name) {
   absl::StatusOr<std::unique_ptr<Backend>> backend = BackendRegistry().create(name);
   if (backend.ok()) {
     MESSAGE(name, " device: ", (*backend)->description());
     return std::move(*backend);
   }
-  const char* ci = std::getenv("CI");
-  if (ci != nullptr && std::string(ci) == "true") FAIL("no ", name, " backend under CI: ", backend.status().message());
-  MESSAGE("SKIPPED: no ", name, " backend here: ", backend.status().message());
+  no_device(name, backend.status().message());
   return nullptr;
 }
 

@@ -1,6 +1,8 @@
 // The CUDA backend: its generated kernels compile to PTX with NVRTC on every machine with the
 // toolkit (no driver or GPU needed), and where a GPU exists the plugin runs every supported op
-// against the reference kernels. Without a GPU the run part is a visible skip.
+// against the reference kernels and gets the tests every GPU backend gets
+// (tests/gpu/backend_suite.h, linear_suite.h). Without a GPU the run parts are visible skips,
+// under CI=true too (no CI machine has one).
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -12,6 +14,8 @@
 #include "backends/registry.h"
 #include "engine/ops.h"
 #include "engine/session.h"
+#include "tests/gpu/backend_suite.h"
+#include "tests/gpu/linear_suite.h"
 #include "tests/support/quant_blocks.h"
 #ifdef TESSERA_HAVE_NVRTC
 #include "backends/cuda/nvrtc_compile.h"
@@ -141,3 +145,25 @@ TEST_CASE("cuda: the plugin runs the covered ops like the reference, where a GPU
       CHECK((got[k] == doctest::Approx(want[k]).epsilon(1e-4) || (std::isnan(got[k]) && std::isnan(want[k]))));
   }
 }
+
+namespace {
+const gpu_testing::Suite kCuda{"cuda", gpu::generate_cuda};
+}  // namespace
+
+TEST_CASE("cuda: conformance sweep against the reference kernels") { gpu_testing::conformance_sweep(kCuda); }
+
+TEST_CASE("cuda: strided views through the backend interface match the reference kernel") { gpu_testing::strided_views(kCuda); }
+
+TEST_CASE("cuda: random graphs, incremental reads bitwise equal to a fresh session") { gpu_testing::random_graphs(kCuda); }
+
+TEST_CASE("cuda: kernels compile once per source and device; a warm backend compiles nothing") { gpu_testing::kernel_cache(kCuda); }
+
+TEST_CASE("cuda: tiled f32 matmul and linear match the reference; sub-boxes bitwise equal") { gpu_testing::tiled_f32(kCuda); }
+
+TEST_CASE("cuda: linear with every quantised weight type matches the reference; sub-boxes bitwise equal") {
+  gpu_testing::quantised_linear(kCuda);
+}
+
+TEST_CASE("cuda: quantised linear through strided and partial views") { gpu_testing::quantised_strided_views(kCuda); }
+
+TEST_CASE("cuda: matmul and linear timings (printed under TESSERA_GPU_TIMING=1)") { gpu_testing::timings(kCuda); }
