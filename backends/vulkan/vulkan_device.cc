@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <mutex>
 
 #include "absl/strings/str_cat.h"
 #include "backends/gpu/device_copies.h"
@@ -47,6 +48,34 @@ void write_spirv(const std::filesystem::path& file, const std::vector<uint32_t>&
   std::filesystem::rename(tmp, file, ec);
 }
 
+// The process's Vulkan instance, made by the first open() that succeeds and never destroyed:
+// destroying the last instance makes the loader unload the driver, and NVIDIA's cannot be
+// loaded into a process a second time ("libnvidia-tls.so: cannot allocate memory in static TLS
+// block", so every later backend failed with VK_ERROR_INCOMPATIBLE_DRIVER; seen on an H100).
+// Every Device makes its own VkDevice from it. `api` gets the version the instance asked for.
+absl::StatusOr<VkInstance> process_instance(uint32_t* api) {
+  static std::mutex mutex;
+  static VkInstance instance = VK_NULL_HANDLE;
+  static uint32_t version = VK_API_VERSION_1_0;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (instance == VK_NULL_HANDLE) {
+    uint32_t instance_version = VK_API_VERSION_1_0;
+    vkEnumerateInstanceVersion(&instance_version);
+    VkApplicationInfo app{VK_STRUCTURE_TYPE_APPLICATION_INFO};
+    app.pApplicationName = "tessera";
+    app.apiVersion = instance_version >= VK_API_VERSION_1_2 ? VK_API_VERSION_1_2 : VK_API_VERSION_1_0;
+    VkInstanceCreateInfo info{VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO};
+    info.pApplicationInfo = &app;
+    if (VkResult r = vkCreateInstance(&info, nullptr, &instance); r != VK_SUCCESS) {
+      instance = VK_NULL_HANDLE;
+      return absl::UnavailableError(vk_error("vkCreateInstance (no Vulkan driver?)", r));
+    }
+    version = app.apiVersion;
+  }
+  *api = version;
+  return instance;
+}
+
 }  // namespace
 
 Device::~Device() {
@@ -62,19 +91,13 @@ Device::~Device() {
     }
     vkDestroyDevice(device_, nullptr);
   }
-  if (instance_ != VK_NULL_HANDLE) vkDestroyInstance(instance_, nullptr);
 }
 
 absl::Status Device::open() {
-  uint32_t instance_version = VK_API_VERSION_1_0;
-  vkEnumerateInstanceVersion(&instance_version);
-  VkApplicationInfo app{VK_STRUCTURE_TYPE_APPLICATION_INFO};
-  app.pApplicationName = "tessera";
-  app.apiVersion = instance_version >= VK_API_VERSION_1_2 ? VK_API_VERSION_1_2 : VK_API_VERSION_1_0;
-  VkInstanceCreateInfo info{VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO};
-  info.pApplicationInfo = &app;
-  if (VkResult r = vkCreateInstance(&info, nullptr, &instance_); r != VK_SUCCESS)
-    return absl::UnavailableError(vk_error("vkCreateInstance (no Vulkan driver?)", r));
+  uint32_t api = VK_API_VERSION_1_0;
+  absl::StatusOr<VkInstance> instance = process_instance(&api);
+  if (!instance.ok()) return instance.status();
+  instance_ = *instance;
   uint32_t count = 0;
   vkEnumeratePhysicalDevices(instance_, &count, nullptr);
   std::vector<VkPhysicalDevice> all(count);
@@ -108,7 +131,7 @@ absl::Status Device::open() {
   vkGetPhysicalDeviceProperties(physical_, &props);
   limits_ = props.limits;
   std::string driver = absl::StrCat("driver ", props.driverVersion);
-  if (app.apiVersion >= VK_API_VERSION_1_2 && props.apiVersion >= VK_API_VERSION_1_2) {
+  if (api >= VK_API_VERSION_1_2 && props.apiVersion >= VK_API_VERSION_1_2) {
     VkPhysicalDeviceDriverProperties driver_props{
         VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES};
     VkPhysicalDeviceProperties2 props2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};

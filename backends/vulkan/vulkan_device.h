@@ -64,7 +64,7 @@ class Device {
   absl::StatusOr<std::pair<VkDescriptorSetLayout, VkPipelineLayout>> layouts(uint32_t bindings);
   absl::StatusOr<Pipeline> make_pipeline(const std::vector<uint32_t>& spirv, uint32_t bindings);
 
-  VkInstance instance_ = VK_NULL_HANDLE;
+  VkInstance instance_ = VK_NULL_HANDLE;  // the process's (vulkan_device.cc), not destroyed with this
   VkPhysicalDevice physical_ = VK_NULL_HANDLE;
   VkDevice device_ = VK_NULL_HANDLE;
   VkQueue queue_ = VK_NULL_HANDLE;

@@ -2,8 +2,10 @@
 
 #include <cstdlib>
 #include <cstring>
-#if defined(__x86_64__) && defined(__clang__)
+#if defined(__x86_64__)
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 
 namespace tessera::cpu {
@@ -18,6 +20,22 @@ bool f16c_supported() {
 #else
   return __builtin_cpu_supports("f16c");
 #endif
+}
+
+// AMX-TILE and AMX-INT8 (CPUID leaf 7, EDX bits 24 and 25), the tile state enabled by the OS
+// (XCR0 bits 17 and 18), and this process's permission to use the tile data (asked once).
+bool amx_usable() {
+  static const bool usable = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
+    if ((edx & (1u << 24)) == 0 || (edx & (1u << 25)) == 0) return false;
+    unsigned xcr0_low = 0, xcr0_high = 0;
+    asm volatile("xgetbv" : "=a"(xcr0_low), "=d"(xcr0_high) : "c"(0));
+    if ((xcr0_low & (3u << 17)) != (3u << 17)) return false;
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return usable;
 }
 #endif
 
@@ -47,6 +65,12 @@ bool isa_supported(Isa isa) {
 #else
       return false;
 #endif
+    case Isa::Amx:
+#if defined(__x86_64__)
+      return isa_supported(Isa::Avx512Vnni) && amx_usable();
+#else
+      return false;
+#endif
   }
   return false;
 }
@@ -57,6 +81,8 @@ Isa detected_isa() {
     if (cap != nullptr && std::strcmp(cap, "portable") == 0) return Isa::Portable;
     const bool avx2_cap = cap != nullptr && std::strcmp(cap, "avx2") == 0;
     const bool avx512_cap = cap != nullptr && std::strcmp(cap, "avx512") == 0;
+    const bool vnni_cap = cap != nullptr && std::strcmp(cap, "avx512vnni") == 0;
+    if (!avx2_cap && !avx512_cap && !vnni_cap && isa_supported(Isa::Amx)) return Isa::Amx;
     if (!avx2_cap && !avx512_cap && isa_supported(Isa::Avx512Vnni)) return Isa::Avx512Vnni;
     if (!avx2_cap && isa_supported(Isa::Avx512)) return Isa::Avx512;
     return isa_supported(Isa::Avx2) ? Isa::Avx2 : Isa::Portable;
@@ -74,6 +100,8 @@ const char* isa_name(Isa isa) {
       return "avx512";
     case Isa::Avx512Vnni:
       return "avx512vnni";
+    case Isa::Amx:
+      return "amx";
   }
   return "?";
 }

@@ -18,11 +18,13 @@ namespace tessera::cpu {
 // Instruction sets with their own code paths, in increasing order. Portable code is plain C++
 // (any target); AVX2 means AVX2 + FMA + F16C; AVX-512 means F, BW, VL and DQ on top (used by
 // linear and conv2d; the other kernels run their AVX2 code under it); AVX-512 VNNI adds the int8
-// dot product instructions (used by linear's integer path, linear_q8.h).
-enum class Isa { Portable, Avx2, Avx512, Avx512Vnni };
+// dot product instructions (used by linear's integer path, linear_q8.h); AMX adds the AMX-INT8
+// tiles (Intel Sapphire Rapids on), with the kernel's permission to use them (Linux grants it
+// per process on request): linear's integer path runs prefill's sums on them.
+enum class Isa { Portable, Avx2, Avx512, Avx512Vnni, Amx };
 
 // The best instruction set of this CPU, decided once per process. TESSERA_CPU_ISA=portable,
-// =avx2 or =avx512 in the environment caps it.
+// =avx2, =avx512 or =avx512vnni in the environment caps it.
 Isa detected_isa();
 bool isa_supported(Isa isa);
 const char* isa_name(Isa isa);

@@ -357,7 +357,7 @@ const Node* packable_weight(const Graph& graph, const Node& node, KernelFn kerne
   if (node.kind != OpKind::Linear || node.inputs.size() < 2 || kernel == nullptr) return nullptr;
   const Node& w = graph.node(node.inputs[1]);
   if (w.kind != OpKind::Constant || w.shape.size() != 2 || q8::activation_block(w.dtype) == 0) return nullptr;
-  for (Isa isa : {Isa::Portable, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni})
+  for (Isa isa : {Isa::Portable, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni, Isa::Amx})
     if (kernel == q8::kernel(w.dtype, isa)) return &w;
   return nullptr;
 }

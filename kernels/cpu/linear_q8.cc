@@ -269,7 +269,7 @@ int bit4(DType dtype, const uint8_t* ints, int r, int e) {
 float half_at(const uint8_t* p) { return half_to_float(u16(p)); }
 
 template <DType kType>
-void micro_portable(const Quad& quad, int first, int count, const QRow* x, int rows, int64_t blocks, float* out) {
+void micro_portable(const Quad& quad, int first, int count, const QRow* x, int rows, int64_t blocks, float* out, uint8_t*) {
   for (int xr = 0; xr < rows; ++xr)
     for (int g = 0; g < count; ++g)
       for (int r = 0; r < kPanelRows; ++r) {
@@ -523,6 +523,249 @@ constexpr int kMaxTileRows = 4;  // 32 registers
 }  // namespace tessera::cpu::q8::vnni_path
 TESSERA_VNNI_END
 
+// ---- AMX (linear_q8.h): integer sums on tiles, the float sequence of the VNNI path ------------
+
+#if defined(__clang__)
+#define TESSERA_AMX_BEGIN \
+  TESSERA_CLANG_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,amx-tile,amx-int8")
+#define TESSERA_AMX_END _Pragma("clang attribute pop")
+#else
+#define TESSERA_AMX_BEGIN                                                                                    \
+  _Pragma("GCC push_options")                                                                                \
+      _Pragma("GCC target(\"avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,amx-tile,amx-int8\")") \
+          _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wuninitialized\"")
+#define TESSERA_AMX_END _Pragma("GCC diagnostic pop") _Pragma("GCC pop_options")
+#endif
+
+namespace tessera::cpu::q8 {
+namespace {
+thread_local int64_t amx_calls = 0;  // amx_tile_calls()
+}  // namespace
+}  // namespace tessera::cpu::q8
+
+TESSERA_AMX_BEGIN
+namespace tessera::cpu::q8::amx_path {
+namespace {
+using vnni_path::VB;
+using vnni_path::VF;
+using vnni_path::VI;
+
+// The tile configuration (palette 1). Four tile products are in flight at a time (a product's
+// result waits for the one before it otherwise: the chain of tilezero, tdpbsud and tilestored
+// on one tile made the path latency-bound): x rows (A, signed bytes) in tiles 0 and 1, weights
+// (B, unsigned bytes, 16 lanes of 4) in tiles 2 and 3, the int32 sums (C) in tiles 4 to 7.
+struct TileConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+static_assert(sizeof(TileConfig) == 64);
+
+// Elements per tile product: a 32-element block or K-quant sub-block, Q6_K's 16-element ones.
+template <DType kType>
+constexpr int kSub = kType == DType::Q6_K ? 16 : 32;
+// x rows per pass: their accumulators stay in registers.
+constexpr int kRows = 8;
+constexpr int kInFlight = 4;  // tile products issued before their sums are read
+
+void configure(TileConfig* config, int rows, int sub) {
+  *config = TileConfig{};
+  for (int t = 0; t < 2; ++t) {
+    config->rows[t] = static_cast<uint8_t>(rows);
+    config->colsb[t] = static_cast<uint16_t>(sub);
+    config->rows[2 + t] = static_cast<uint8_t>(sub / 4);
+    config->colsb[2 + t] = 64;
+  }
+  for (int t = 4; t < 8; ++t) {
+    config->rows[t] = static_cast<uint8_t>(rows);
+    config->colsb[t] = 64;
+  }
+  _tile_loadconfig(config);
+}
+
+// Product slot kT: C tile 4 + kT = A (x rows from `a`, a_stride apart) times B (`w`, 64-byte rows).
+// (The intrinsics take tile numbers as literal tokens.)
+#define TESSERA_AMX_PRODUCT(c_tile, a_tile, b_tile) \
+  _tile_zero(c_tile);                               \
+  _tile_loadd(a_tile, a, a_stride);                 \
+  _tile_loadd(b_tile, w, 64);                       \
+  _tile_dpbsud(c_tile, a_tile, b_tile)
+template <int kT>
+TESSERA_INLINE void product(const int8_t* a, int64_t a_stride, const uint8_t* w) {
+  if constexpr (kT == 0) {
+    TESSERA_AMX_PRODUCT(4, 0, 2);
+  } else if constexpr (kT == 1) {
+    TESSERA_AMX_PRODUCT(5, 1, 3);
+  } else if constexpr (kT == 2) {
+    TESSERA_AMX_PRODUCT(6, 0, 2);
+  } else {
+    TESSERA_AMX_PRODUCT(7, 1, 3);
+  }
+}
+#undef TESSERA_AMX_PRODUCT
+
+// Panel g's integer parts, every block, as plain unsigned bytes in the panel's 64-byte vectors
+// (vector t of a block: elements 4t..4t+3 of each of the 16 rows): dec + 16 * (element of K).
+template <DType kType>
+void decode_panel(const Quad& quad, int g, int64_t blocks, uint8_t* dec) {
+  using namespace vnni_path;
+  constexpr int64_t kBlock = kType == DType::Q4_K || kType == DType::Q5_K || kType == DType::Q6_K ? 256 : 32;
+  const uint8_t* block = quad.base + quad.ints_at + g * panel_int_bytes(kType);
+  for (int64_t b = 0; b < blocks; ++b, block += quad.block_stride) {
+    uint8_t* o = dec + b * kBlock * 16;
+    if constexpr (kType == DType::Q4_0 || kType == DType::Q4_1 || kType == DType::Q5_0 || kType == DType::Q5_1) {
+      for (int c = 0; c < 4; ++c) {
+        const VB raw = vload_nibbles(block + 64 * c);
+        VB u0 = lo4(raw), u1 = hi4(raw);
+        if constexpr (kType == DType::Q5_0 || kType == DType::Q5_1) {
+          u0 = add_bit4(u0, block + 256 + 8 * (2 * c));
+          u1 = add_bit4(u1, block + 256 + 8 * (2 * c + 1));
+        }
+        vstore(o + 128 * c, u0);
+        vstore(o + 128 * c + 64, u1);
+      }
+    } else if constexpr (kType == DType::Q4_K || kType == DType::Q5_K) {
+      for (int sub = 0; sub < 8; ++sub) {
+        const uint8_t* part = block + nibble_vector_at(kType, 4 * sub);
+        for (int c = 0; c < 4; ++c) {
+          const VB raw = vload_nibbles(part + 64 * c);
+          VB u0 = lo4(raw), u1 = hi4(raw);
+          if constexpr (kType == DType::Q5_K) {
+            u0 = add_bit4(u0, part + 256 + 16 * c);
+            u1 = add_bit4(u1, part + 256 + 16 * c + 8);
+          }
+          vstore(o + 512 * sub + 128 * c, u0);
+          vstore(o + 512 * sub + 128 * c + 64, u1);
+        }
+      }
+    } else if constexpr (kType == DType::Q6_K) {
+      for (int j = 0; j < 16; ++j) {
+        const VB h = vload_nibbles(block + high_vector_at(j));
+        for (int half = 0; half < 2; ++half) {
+          const VB raw = vload_nibbles(block + nibble_vector_at(DType::Q6_K, 2 * j + half));
+          vstore(o + 256 * j + 128 * half, vor(lo4(raw), high2(h, 2 * half)));
+          vstore(o + 256 * j + 128 * half + 64, vor(hi4(raw), high2(h, 2 * half + 1)));
+        }
+      }
+    }
+  }
+}
+
+// Up to kRows x rows (x[0..kRows), the ones past `rows` repeating the last) against panel g:
+// out[r * out_stride + lane] for r < rows. The A tiles are x[0].q onwards, rows a_stride apart;
+// `c` holds kInFlight int32 tiles.
+template <DType kType>
+void panel_rows(const Quad& quad, int g, const QRow* x, int rows, int64_t a_stride, int64_t blocks, const uint8_t* dec,
+                int32_t* c, float* out, int64_t out_stride) {
+  using namespace vnni_path;
+  constexpr int64_t kBlock = kType == DType::Q4_K || kType == DType::Q5_K || kType == DType::Q6_K ? 256 : 32;
+  constexpr int kSubs = static_cast<int>(kBlock) / kSub<kType>;
+  VF acc[kRows], macc[kRows];
+  VI total[kRows], mins[kRows];
+#pragma GCC unroll 8
+  for (int r = 0; r < kRows; ++r) acc[r] = macc[r] = vzerof();
+  const int64_t products = blocks * kSubs;
+  // Product p: elements [p * kSub, (p + 1) * kSub) of K, of block p / kSubs.
+  auto weights = [&](int64_t p) {
+    if constexpr (kType == DType::Q8_0)
+      return quad.base + p * quad.block_stride + quad.ints_at + g * panel_int_bytes(kType);
+    else
+      return dec + 16 * kSub<kType> * p;
+  };
+  const int8_t* a = x[0].q;
+  for (int64_t p0 = 0; p0 < products; p0 += kInFlight) {
+    const int64_t in_flight = std::min<int64_t>(kInFlight, products - p0);
+    product<0>(a + kSub<kType> * p0, a_stride, weights(p0));
+    if (in_flight > 1) product<1>(a + kSub<kType> * (p0 + 1), a_stride, weights(p0 + 1));
+    if (in_flight > 2) product<2>(a + kSub<kType> * (p0 + 2), a_stride, weights(p0 + 2));
+    if (in_flight > 3) product<3>(a + kSub<kType> * (p0 + 3), a_stride, weights(p0 + 3));
+    _tile_stored(4, c, 64);
+    if (in_flight > 1) _tile_stored(5, c + 256, 64);
+    if (in_flight > 2) _tile_stored(6, c + 512, 64);
+    if (in_flight > 3) _tile_stored(7, c + 768, 64);
+    for (int64_t i = 0; i < in_flight; ++i) {
+      const int64_t p = p0 + i, b = p / kSubs;
+      const int sub = static_cast<int>(p % kSubs);
+      const int32_t* sums = c + 256 * i;
+      const uint8_t* scales = quad.base + b * quad.block_stride + g * panel_scale_bytes(kType);
+      if (sub == 0)
+#pragma GCC unroll 8
+        for (int r = 0; r < kRows; ++r) total[r] = mins[r] = vzero();
+      if constexpr (kType == DType::Q4_K || kType == DType::Q5_K) {
+        const VI scale = load_u8(scales + 64 + 16 * sub), min = load_u8(scales + 192 + 16 * sub);
+#pragma GCC unroll 8
+        for (int r = 0; r < kRows; ++r) {
+          total[r] = vadd(total[r], vmullo(_mm512_load_si512(sums + 16 * r), scale));
+          mins[r] = vadd(mins[r], vmullo(min, vset1(x[r].sums[8 * b + sub])));
+        }
+      } else if constexpr (kType == DType::Q6_K) {
+        const VI scale = load_i8(scales + 32 + 16 * sub);
+#pragma GCC unroll 8
+        for (int r = 0; r < kRows; ++r)
+          total[r] = vadd(total[r], vmullo(vadd(vset1(-32 * x[r].sums16[16 * b + sub]), _mm512_load_si512(sums + 16 * r)), scale));
+      } else {
+        constexpr int kOffset = kType == DType::Q8_0 ? -128 : kType == DType::Q4_0 ? -8 : kType == DType::Q5_0 ? -16 : 0;
+#pragma GCC unroll 8
+        for (int r = 0; r < kRows; ++r) {
+          const VI s = _mm512_load_si512(sums + 16 * r);
+          total[r] = kOffset != 0 ? vadd(vset1(kOffset * x[r].sums[b]), s) : s;
+        }
+      }
+      if (sub != kSubs - 1) continue;
+      // The block's float sequence (linear_q8.h).
+      const VF d = load_halves(scales);
+#pragma GCC unroll 8
+      for (int r = 0; r < kRows; ++r) {
+        const VF dx = vset1f(x[r].d[b]);
+        acc[r] = vfma(vcvt(total[r]), vmul(d, dx), acc[r]);
+        if constexpr (kType == DType::Q4_1 || kType == DType::Q5_1)
+          macc[r] = vfma(load_halves(scales + 32), vset1f(x[r].scaled_sums[b]), macc[r]);
+        if constexpr (kType == DType::Q4_K || kType == DType::Q5_K)
+          macc[r] = vfma(vneg(vmul(load_halves(scales + 32), dx)), vcvt(mins[r]), macc[r]);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < kRows; ++r)
+    if (r < rows) vstoref(out + r * out_stride, has_min(kType) ? vaddf(acc[r], macc[r]) : acc[r]);
+}
+
+template <DType kType>
+void micro(const Quad& quad, int first, int count, const QRow* x, int rows, int64_t blocks, float* out, uint8_t* work) {
+  if (rows < kAmxMinRows || work == nullptr) return vnni_path::micro<kType>(quad, first, count, x, rows, blocks, out);
+  // The quantised rows sit a constant stride apart (the driver's chunk): one A tile per pass.
+  const int64_t a_stride = x[1].q - x[0].q;
+  for (int r = 2; r < rows; ++r)
+    if (x[r].q - x[r - 1].q != a_stride) return vnni_path::micro<kType>(quad, first, count, x, rows, blocks, out);
+  constexpr int64_t kBlock = kType == DType::Q4_K || kType == DType::Q5_K || kType == DType::Q6_K ? 256 : 32;
+  const int64_t k = blocks * kBlock;
+  uint8_t* dec = work;
+  auto* c = reinterpret_cast<int32_t*>(work + 16 * k);
+  auto* config = reinterpret_cast<TileConfig*>(work + 16 * k + kInFlight * 16 * 64);
+  const int64_t out_stride = 16 * count;
+  amx_calls += 1;
+  int configured = 0;
+  for (int gi = 0; gi < count; ++gi) {
+    if constexpr (kType != DType::Q8_0) decode_panel<kType>(quad, first + gi, blocks, dec);
+    for (int r0 = 0; r0 < rows; r0 += kRows) {
+      const int n = std::min(kRows, rows - r0);
+      if (n != configured) {
+        configure(config, n, kSub<kType>);
+        configured = n;
+      }
+      QRow xs[kRows];
+      for (int r = 0; r < kRows; ++r) xs[r] = x[r0 + std::min(r, n - 1)];
+      panel_rows<kType>(quad, first + gi, xs, n, a_stride, blocks, dec, c, out + r0 * out_stride + 16 * gi, out_stride);
+    }
+  }
+  _tile_release();
+}
+
+}  // namespace
+}  // namespace tessera::cpu::q8::amx_path
+TESSERA_AMX_END
+
 #endif  // TESSERA_HAVE_AVX2_PATHS
 
 // ---- driver -----------------------------------------------------------------------------------
@@ -531,8 +774,10 @@ namespace tessera::cpu::q8 {
 namespace {
 
 // `rows` x rows against panels [first, first + count) of a quad:
-// out[(r * count + g) * 16 + lane].
-using MicroFn = void (*)(const Quad& quad, int first, int count, const QRow* x, int rows, int64_t blocks, float* out);
+// out[(r * count + g) * 16 + lane]; `work`: amx_work_bytes(dtype, K) bytes of scratch (the AMX
+// path's, when rows >= kAmxMinRows).
+using MicroFn = void (*)(const Quad& quad, int first, int count, const QRow* x, int rows, int64_t blocks, float* out,
+                         uint8_t* work);
 using QuantizeFn = void (*)(const float* x, int64_t step, const RowLayout& layout, std::byte* dst);
 
 // Scratch for the panels of one quad (packed there when the backend prepared none).
@@ -560,7 +805,8 @@ absl::Status linear_q8(const KernelArgs& args) {
   ScratchCarver carver(args.scratch);
   std::byte* quantised = carver.take<std::byte>(std::min(kChunkRows, rows.count()) * layout.row_bytes);
   uint8_t* own_panels = packed == nullptr ? carver.take<uint8_t>(group_bytes(kType, depth)) : nullptr;
-  if (quantised == nullptr || (packed == nullptr && own_panels == nullptr))
+  uint8_t* work = rows.count() >= kAmxMinRows ? carver.take<uint8_t>(amx_work_bytes(kType, depth)) : nullptr;
+  if (quantised == nullptr || (packed == nullptr && own_panels == nullptr) || (rows.count() >= kAmxMinRows && work == nullptr))
     return absl::InternalError("[linear] kernel scratch too small for quantised rows");
   const int64_t x_step = x.strides[last];
   const TensorView& out = args.out;
@@ -601,7 +847,7 @@ absl::Status linear_q8(const KernelArgs& args) {
         base = own_panels;
       }
       const Quad view = quad_view(kType, base, quad_panels);
-      kMicro(view, first, count, q, chunk, blocks, results);
+      kMicro(view, first, count, q, chunk, blocks, results, work);
       const int64_t width = count * kPanelRows;
       const int64_t j0 = std::max(n_begin, p0), j1 = std::min(n_end, p0 + width);
       for (int r = 0; r < chunk; ++r) {
@@ -622,6 +868,7 @@ absl::Status linear_q8(const KernelArgs& args) {
 template <DType kType>
 KernelFn kernel_for(Isa isa) {
 #if TESSERA_HAVE_AVX2_PATHS
+  if (isa == Isa::Amx) return linear_q8<kType, amx_path::micro<kType>, vnni_path::quantize_row>;
   if (isa == Isa::Avx512Vnni) return linear_q8<kType, vnni_path::micro<kType>, vnni_path::quantize_row>;
   if (isa != Isa::Portable) return linear_q8<kType, avx2_path::micro<kType>, avx2_path::quantize_row>;
 #endif
@@ -654,11 +901,20 @@ KernelFn kernel(DType dtype, Isa isa) {
   }
 }
 
+int64_t amx_tile_calls() {
+#if TESSERA_HAVE_AVX2_PATHS
+  return amx_calls;
+#else
+  return 0;
+#endif
+}
+
 int64_t scratch_bytes(DType dtype, int64_t depth, int64_t rows) {
   const int64_t block = activation_block(dtype);
   if (block == 0 || depth % block != 0) return 0;
   return scratch_take_bytes<std::byte>(std::min(kChunkRows, rows) * RowLayout(depth, block).row_bytes) +
-         scratch_take_bytes<uint8_t>(group_bytes(dtype, depth));
+         scratch_take_bytes<uint8_t>(group_bytes(dtype, depth)) +
+         (rows >= kAmxMinRows ? scratch_take_bytes<uint8_t>(amx_work_bytes(dtype, depth)) : 0);
 }
 
 }  // namespace tessera::cpu::q8

@@ -208,6 +208,17 @@ inline void k_scale_min(const uint8_t* bytes, int* scale, int* min) {
 // the same bytes).
 void quantize_row_portable(const float* x, int64_t step, const RowLayout& layout, std::byte* dst);
 
+// AMX (Isa::Amx): calls of at least kAmxMinRows x rows run the integer sums on tiles: per panel
+// its weights are first decoded to plain unsigned bytes in the 64-byte vectors above (Q8_0's
+// integer part already is), then per block (K-quants: per 32- or 16-element sub-block) and
+// 16 x rows one tdpbsud makes the same exact integers as vpdpbusd, and the float sequence is the
+// one above: AMX gives the same bits as the other paths. Its scratch (amx_work_bytes): the
+// decoded panel (16 bytes per element of K), four int32 tiles and the tile configuration.
+constexpr int64_t kAmxMinRows = 8;
+constexpr int64_t amx_work_bytes(DType, int64_t k) { return 16 * k + 4 * 16 * 64 + 64; }
+// Calls that ran on the tiles so far on this thread (tests).
+int64_t amx_tile_calls();
+
 // The kernel for weights of `dtype` (activation_block(dtype) != 0) on `isa`.
 KernelFn kernel(DType dtype, Isa isa);
 // Scratch bytes of one call for weights of `dtype`, depth K and at most `rows` x rows.

@@ -25,7 +25,7 @@ constexpr DType kCovered[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0
 
 std::vector<cpu::Isa> all_isas() {
   std::vector<cpu::Isa> isas;
-  for (cpu::Isa isa : {cpu::Isa::Portable, cpu::Isa::Avx2, cpu::Isa::Avx512, cpu::Isa::Avx512Vnni})
+  for (cpu::Isa isa : {cpu::Isa::Portable, cpu::Isa::Avx2, cpu::Isa::Avx512, cpu::Isa::Avx512Vnni, cpu::Isa::Amx})
     if (cpu::isa_supported(isa)) isas.push_back(isa);
   return isas;
 }
@@ -352,5 +352,52 @@ TEST_CASE("kernels: linear_q8 with the backend's packed weight equals panels pac
     }
     // Only the int8 path wants anything prepared.
     CHECK(cpu::prepare_node_data(c.f.graph, c.f.node(), cpu::linear_kernel_with(c.f.graph, c.f.node(), cpu::Isa::Portable, false)) == nullptr);
+  }
+}
+
+// AMX (Isa::Amx): calls of kAmxMinRows or more x rows run their integer sums on tiles, 8 x rows
+// per pass; any row count, width, depth and box gives the bits of the VNNI path, with the
+// backend's packed weight too.
+TEST_CASE("kernels: linear_q8 on AMX tiles equals the VNNI path for any row count, width and box") {
+  if (!cpu::isa_supported(cpu::Isa::Amx)) {
+    MESSAGE("SKIPPED: no AMX-INT8 on this CPU (or the kernel refused the tile state): the AMX path is not run here");
+    return;
+  }
+  std::mt19937_64 rng(38);
+  for (DType dtype : kCovered) {
+    for (int64_t rows : {7, 8, 9, 15, 16, 17, 33, 64, 65, 130}) {
+      Case c;
+      const int64_t block = cpu::q8::activation_block(dtype);
+      const int64_t k = block * (static_cast<int64_t>(rng() % (block == 32 ? 9 : 3)) + 1);
+      const int64_t n = static_cast<int64_t>(rng() % 90) + 1;
+      build(c, dtype, {rows, k}, n, rng);
+      CAPTURE(std::string(dtype_name(dtype)));
+      CAPTURE(rows);
+      CAPTURE(k);
+      CAPTURE(n);
+      const KernelFn amx = c.kernel(cpu::Isa::Amx), vnni = c.kernel(cpu::Isa::Avx512Vnni);
+      const Box full = Box::full(c.f.node().shape);
+      const int64_t before = cpu::q8::amx_tile_calls();
+      const std::vector<float> want = c.f.run(vnni, full);
+      check_equal(c.f.run(amx, full), want, "AMX vs VNNI");
+      CHECK((cpu::q8::amx_tile_calls() > before) == (rows >= cpu::q8::kAmxMinRows));
+      // The backend's packed weight, and sub-boxes.
+      std::shared_ptr<const void> packed = cpu::prepare_node_data(c.f.graph, c.f.node(), amx);
+      REQUIRE(packed != nullptr);
+      for (int trial = 0; trial < 3; ++trial) {
+        const int64_t j0 = static_cast<int64_t>(rng() % static_cast<uint64_t>(n));
+        const Box box = trial == 0   ? full
+                        : trial == 1 ? Box{{1, rows}, {j0, j0 + 1 + static_cast<int64_t>(rng() % static_cast<uint64_t>(n - j0))}}
+                                     : testing::random_box(c.f.node().shape, rng);
+        std::vector<float> result(static_cast<size_t>(box.volume()));
+        TensorView out = dense_view(result.data(), DType::F32, box);
+        KernelCall call{c.f.graph, c.f.node(), c.f.views, out, box};
+        REQUIRE(amx(call.with_prepared(packed.get())).ok());
+        std::vector<float> expected;
+        for (int64_t r = box.begin(0); r < box.end(0); ++r)
+          for (int64_t j = box.begin(1); j < box.end(1); ++j) expected.push_back(want[static_cast<size_t>(r * n + j)]);
+        check_equal(result, expected, "AMX sub-box vs VNNI full");
+      }
+    }
   }
 }
