@@ -160,12 +160,12 @@ void put_nibbles(DType dtype, uint8_t* ints, int r, const uint8_t* q, int elemen
 
 // Fifth bits of `elements` values of row r: bit 4r + i of the 8 bytes of part t = bit 4 of
 // q[4t + i].
+// (Row r's four bits of a part are one nibble of its byte r / 2.)
 void put_bit4(DType dtype, uint8_t* ints, int r, const uint8_t* q, int elements) {
-  for (int t = 0; t < elements / 4; ++t)
-    for (int i = 0; i < 4; ++i) {
-      const int bit = 4 * r + i;
-      if (q[4 * t + i] & 0x10) ints[bit4_part_at(dtype, t) + bit / 8] |= static_cast<uint8_t>(1 << (bit % 8));
-    }
+  for (int t = 0; t < elements / 4; ++t) {
+    const int nibble = ((q[4 * t] >> 4) & 1) | ((q[4 * t + 1] >> 3) & 2) | ((q[4 * t + 2] >> 2) & 4) | ((q[4 * t + 3] >> 1) & 8);
+    ints[bit4_part_at(dtype, t) + r / 2] |= static_cast<uint8_t>(nibble << (4 * (r % 2)));
+  }
 }
 
 // Row r's block in its panel: integer part at `ints`, scale part at `scales` (linear_q8.h).
