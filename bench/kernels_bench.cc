@@ -10,7 +10,7 @@
 // Every configuration runs with 1 and 2 threads (a child process per thread count, since the
 // pool's size is fixed per process by TESSERA_THREADS).
 //
-// Usage: kernels_bench [--threads N] [--isa portable|avx2] [--small-pages] [--hot] [--cpu-time]
+// Usage: kernels_bench [--threads N] [--isa portable|avx2|avx512|avx512vnni] [--small-pages] [--hot] [--cpu-time]
 //                      [--quick] [--only TEXT]
 // (--only runs the configurations whose label, e.g. "linear q4_K decode" or "attention gemma3
 // prefill", contains TEXT.)
@@ -324,12 +324,12 @@ int main(int argc, char** argv) {
     else if (arg == "--isa" && i + 1 < argc)
       setenv("TESSERA_CPU_ISA", argv[++i], 1);
     else {
-      std::fprintf(
-          stderr,
-          "usage: %s [--threads N] [--isa portable|avx2] [--small-pages] [--hot] [--cpu-time] "
-          "[--quick] [--only TEXT]\n",
-          argv[0]);
-      return 2;
+      const bool help = arg == "--help" || arg == "-h";
+      std::fprintf(help ? stdout : stderr,
+                   "usage: %s [--threads N] [--isa portable|avx2|avx512|avx512vnni] [--small-pages] [--hot] "
+                   "[--cpu-time] [--quick] [--only TEXT]\n",
+                   argv[0]);
+      return help ? 0 : 2;
     }
   }
   if (threads > 0) {

@@ -11,8 +11,6 @@ import argparse
 import statistics
 import time
 
-import torch
-from diffusers.models.transformers.transformer_flux2 import Flux2Transformer2DModel
 
 
 def main():
@@ -23,6 +21,9 @@ def main():
     p.add_argument('--threads', type=int, default=1)
     p.add_argument('--repeats', type=int, default=3)
     a = p.parse_args()
+    # Imported after the arguments, so that --help answers without the peer installed.
+    import torch
+    from diffusers.models.transformers.transformer_flux2 import Flux2Transformer2DModel
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     model = Flux2Transformer2DModel(patch_size=1, in_channels=128, num_layers=a.layers[0],

@@ -67,6 +67,9 @@ def bars(ax, groups, series, ylabel, title, log=False):
 
 
 def main():
+    if len(sys.argv) == 2 and sys.argv[1] in ("-h", "--help"):
+        print(__doc__)
+        return 0
     if len(sys.argv) != 3:
         print(__doc__)
         return 2

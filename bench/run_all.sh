@@ -11,6 +11,7 @@
 #   K/V cache (KV, default f16).
 # Creates .venv with the peers and matplotlib first (scripts/bench_venv.sh, ~15 minutes the
 # first time); a peer that still fails to import is skipped with a message.
+. "$(dirname "$0")/../scripts/usage.sh" "$@"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-bench/results}

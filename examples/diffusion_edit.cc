@@ -63,6 +63,14 @@ std::vector<int64_t> numbers(const std::string& s, size_t count, const std::stri
   return out;
 }
 
+constexpr const char* kUsage =
+    "usage: diffusion_edit [--prompt TEXT] [--seed N] [--steps N] [--size WxH] [--out PREFIX]\n"
+    "                      [--edit IMAGE.png --box X,Y,W,H (--fill R,G,B | --paste PATCH.png)]\n"
+    "                      [--budget MB] [--models DIR] [--llm FILE.gguf] [--interactive] [--smoke]\n"
+    "Text encoder, flow transformer (seeded random weights), TAEF2 decoder and x2 upscaler as four\n"
+    "sessions on one memory pool; each stage prints what it recomputed against a full run.\n"
+    "--interactive reads commands: \"prompt TEXT\", \"seed N\", \"steps N\", \"edit X Y W H R G B\", \"quit\".\n";
+
 Options parse(int argc, char** argv) {
   Options o;
   if (const char* dir = std::getenv("TESSERA_CONV_MODELS"); dir != nullptr && *dir) o.models = dir;
@@ -72,6 +80,10 @@ Options parse(int argc, char** argv) {
       if (i + 1 >= argc) throw Error("[diffusion_edit] " + a + " needs a value");
       return argv[++i];
     };
+    if (a == "--help" || a == "-h") {
+      std::printf("%s", kUsage);
+      std::exit(0);
+    }
     if (a == "--prompt") o.prompt = next();
     else if (a == "--seed") o.seed = std::stoull(next());
     else if (a == "--steps") o.steps = std::stoi(next());

@@ -11,8 +11,17 @@
 using namespace tessera;
 
 int main(int argc, char** argv) {
-  (void)argc;
-  (void)argv;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::printf("usage: list_backends [--smoke]\nLists the backends this build can create, with their device or why each is absent.\n");
+      return 0;
+    }
+    if (a != "--smoke") {
+      std::fprintf(stderr, "error: [list_backends] unknown argument %s\n", a.c_str());
+      return 2;
+    }
+  }
   if (std::getenv("TESSERA_BACKEND_PATH") == nullptr) setenv("TESSERA_BACKEND_PATH", TESSERA_PLUGIN_DIR, 1);
   BackendRegistry registry;
   for (const std::string& name : {std::string("cpu"), std::string("reference"), std::string("opencl"), std::string("vulkan"),

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <random>
@@ -26,6 +27,15 @@
 using namespace tessera;
 
 namespace {
+
+constexpr const char* kUsage =
+    "usage: llm_stream --model FILE.gguf [--prompt TEXT] [--chat | --raw] [--tokens N]\n"
+    "                  [--temperature T] [--top-k K] [--top-p P] [--seed S] [--capacity C]\n"
+    "                  [--threads N] [--kv f32|f16] [--interactive] [--edit \"new prompt\"]\n"
+    "                  [--quiet] [--backend NAME] [--smoke]\n"
+    "Streams a completion token by token, each step recomputing one row of every node.\n"
+    "--interactive reads one prompt per line and recomputes only the changed suffix; --edit runs\n"
+    "the prompt, then the edited one, and reports how much of the first was reused.\n";
 
 struct Options {
   std::string model, prompt = "What is the capital of France?", edit, backend;
@@ -47,6 +57,10 @@ Options parse(int argc, char** argv) {
       if (i + 1 >= argc) throw Error("[llm_stream] " + a + " needs a value");
       return argv[++i];
     };
+    if (a == "--help" || a == "-h") {
+      std::printf("%s", kUsage);
+      std::exit(0);
+    }
     if (a == "--model") o.model = next();
     else if (a == "--prompt") o.prompt = next();
     else if (a == "--edit") o.edit = next();

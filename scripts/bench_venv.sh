@@ -4,6 +4,8 @@
 # llama-cpp-python (llama.cpp, built from its sdist for this CPU: about 10 minutes on 2 cores),
 # matplotlib. (flux_bench's diffusers peer: `.venv/bin/pip install diffusers`.) Idempotent: a .venv whose python imports all of them is left alone.
 # Not needed by the demo or the tests (their reference outputs are committed golden files).
+# Usage: bash scripts/bench_venv.sh
+. "$(dirname "$0")/usage.sh" "$@"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 modules="torch transformers accelerate gguf llama_cpp matplotlib numpy safetensors"

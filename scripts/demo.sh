@@ -2,6 +2,8 @@
 # Main demo: fetches the two real models (once), builds, and streams completions token by token
 # from SmolLM2-135M (Llama family) and Gemma-3-270M, then re-runs an edited prompt to show the
 # unchanged prefix being reused. Extra arguments go to every llm_stream run.
+# Usage: bash scripts/demo.sh [llm_stream arguments...]
+. "$(dirname "$0")/usage.sh" "$@"
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"

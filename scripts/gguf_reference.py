@@ -23,6 +23,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+if __name__ == "__main__" and any(a in ("-h", "--help") for a in sys.argv[1:]):
+    print(__doc__)
+    sys.exit(0)
+
 import numpy as np
 import xxhash
 from gguf import GGMLQuantizationType as T

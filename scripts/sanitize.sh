@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the test suite with sanitizers in its own build folder and runs it.
+# Builds the test suite with sanitizers in its own build folder and runs it. Usage:
 #   bash scripts/sanitize.sh asan [ctest -R regex]   AddressSanitizer + UndefinedBehaviorSanitizer
 #   bash scripts/sanitize.sh tsan [ctest -R regex]   ThreadSanitizer (default: tests naming pool or thread)
 # UBSan is fatal (-fno-sanitize-recover). Each mode builds in build-<mode>/ and prints its time.

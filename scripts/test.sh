@@ -4,6 +4,8 @@
 # test fails. TESSERA_FUZZ_SECONDS=N then also runs every libFuzzer target for N seconds
 # (scripts/fuzz.sh: its own clang + sanitizer build, a few extra minutes); off by default, 10 s
 # per target under CI (CI=true), where a finding fails the run like a failing test.
+# Usage: bash scripts/test.sh
+. "$(dirname "$0")/usage.sh" "$@"
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
