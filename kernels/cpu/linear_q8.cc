@@ -437,8 +437,10 @@ absl::Status linear_q8(const KernelArgs& args) {
 template <DType kType>
 KernelFn kernel_for(Isa isa) {
 #if TESSERA_HAVE_AVX2_PATHS
-  if (isa == Isa::Amx) return linear_q8<kType, amx_path::micro<kType>, vnni_path::quantize_row>;
-  if (isa == Isa::Avx512Vnni) return linear_q8<kType, vnni_path::micro<kType>, vnni_path::quantize_row>;
+  if constexpr (amx_tiles(kType)) {
+    if (isa == Isa::Amx) return linear_q8<kType, amx_path::micro<kType>, vnni_path::quantize_row>;
+  }
+  if (isa >= Isa::Avx512Vnni) return linear_q8<kType, vnni_path::micro<kType>, vnni_path::quantize_row>;
   if (isa != Isa::Portable) return linear_q8<kType, avx2_path::micro<kType>, avx2_path::quantize_row>;
 #endif
   (void)isa;

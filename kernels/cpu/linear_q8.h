@@ -210,11 +210,14 @@ void quantize_row_portable(const float* x, int64_t step, const RowLayout& layout
 
 // AMX (Isa::Amx): calls of at least kAmxMinRows x rows run the integer sums on tiles: per panel
 // its weights are first decoded to plain unsigned bytes in the 64-byte vectors above (Q8_0's
-// integer part already is), then per block (K-quants: per 32- or 16-element sub-block) and
-// 16 x rows one tdpbsud makes the same exact integers as vpdpbusd, and the float sequence is the
-// one above: AMX gives the same bits as the other paths. Its scratch (amx_work_bytes): the
+// integer part already is), then per 32-element block (K-quants: sub-block) and 8 x rows one
+// tdpbsud (four in flight) makes the same exact integers as vpdpbusd, and the float sequence is
+// the one above: AMX gives the same bits as the other paths. Its scratch (amx_work_bytes): the
 // decoded panel (16 bytes per element of K), four int32 tiles and the tile configuration.
+// Q6_K stays on the VNNI path there (amx_tiles): its 16-element sub-blocks made the tile path
+// slower (K=1536, N=576, 128 rows: 1475 against 1158 us on a Sapphire-Rapids-class Xeon).
 constexpr int64_t kAmxMinRows = 8;
+constexpr bool amx_tiles(DType dtype) { return activation_block(dtype) != 0 && dtype != DType::Q6_K; }
 constexpr int64_t amx_work_bytes(DType, int64_t k) { return 16 * k + 4 * 16 * 64 + 64; }
 // Calls that ran on the tiles so far on this thread (tests).
 int64_t amx_tile_calls();

@@ -356,8 +356,8 @@ TEST_CASE("kernels: linear_q8 with the backend's packed weight equals panels pac
 }
 
 // AMX (Isa::Amx): calls of kAmxMinRows or more x rows run their integer sums on tiles, 8 x rows
-// per pass; any row count, width, depth and box gives the bits of the VNNI path, with the
-// backend's packed weight too.
+// per pass (every covered type but Q6_K, which stays on VNNI); any row count, width, depth and
+// box gives the bits of the VNNI path, with the backend's packed weight too.
 TEST_CASE("kernels: linear_q8 on AMX tiles equals the VNNI path for any row count, width and box") {
   if (!cpu::isa_supported(cpu::Isa::Amx)) {
     MESSAGE("SKIPPED: no AMX-INT8 on this CPU (or the kernel refused the tile state): the AMX path is not run here");
@@ -380,7 +380,7 @@ TEST_CASE("kernels: linear_q8 on AMX tiles equals the VNNI path for any row coun
       const int64_t before = cpu::q8::amx_tile_calls();
       const std::vector<float> want = c.f.run(vnni, full);
       check_equal(c.f.run(amx, full), want, "AMX vs VNNI");
-      CHECK((cpu::q8::amx_tile_calls() > before) == (rows >= cpu::q8::kAmxMinRows));
+      CHECK((cpu::q8::amx_tile_calls() > before) == (rows >= cpu::q8::kAmxMinRows && cpu::q8::amx_tiles(dtype)));
       // The backend's packed weight, and sub-boxes.
       std::shared_ptr<const void> packed = cpu::prepare_node_data(c.f.graph, c.f.node(), amx);
       REQUIRE(packed != nullptr);
