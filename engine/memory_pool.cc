@@ -1,6 +1,5 @@
 #include "engine/memory_pool.h"
 
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,7 +15,6 @@ namespace tessera {
 namespace {
 
 constexpr size_t kAlign = 64;
-constexpr size_t kHugePage = size_t{2} << 20;
 
 std::byte* aligned_new(int64_t bytes, size_t align, const char* what) {
   MemoryPool::check_allocatable(bytes, what);
@@ -44,7 +42,6 @@ MemoryPool::~MemoryPool() {
   release_devices();
   if (arena_ != nullptr) aligned_delete(arena_, kAlign);
   weights_.clear();
-  for (const Chunk& c : weight_chunks_) aligned_delete(c.data, kHugePage);
 }
 
 PoolStats MemoryPool::stats() const {
@@ -103,25 +100,18 @@ std::byte* MemoryPool::arena(int64_t bytes) {
 std::shared_ptr<const void> MemoryPool::hot_weight(const void* data, int64_t bytes) {
   if (!options_.huge_page_weights || bytes < options_.min_weight_bytes) return nullptr;
   if (auto it = weights_.find(data); it != weights_.end()) return it->second;
-  // Bump-allocate in chunks of huge pages (a chunk per weight would round each up to 2 MiB).
-  const int64_t need = (bytes + static_cast<int64_t>(kAlign) - 1) / static_cast<int64_t>(kAlign) * static_cast<int64_t>(kAlign);
-  if (weight_chunks_.empty() || weight_chunks_.back().size - weight_chunks_.back().used < need) {
-    const int64_t size = std::max<int64_t>(int64_t{64} << 20, (need + static_cast<int64_t>(kHugePage) - 1) /
-                                                                  static_cast<int64_t>(kHugePage) * static_cast<int64_t>(kHugePage));
-    std::byte* chunk = aligned_new(size, kHugePage, "huge-page weight memory");
-    // Ask for transparent huge pages before the pages are touched.
-    madvise(chunk, static_cast<size_t>(size), MADV_HUGEPAGE);
-    weight_chunks_.push_back(Chunk{chunk, size, 0});
+  check_allocatable(bytes, "huge-page weight memory");
+  const HugePageChunks::Block block = weight_chunks_.take(bytes);
+  if (block.data == nullptr)
+    throw Error(absl::StrCat("[pool] out of memory allocating ", bytes, " bytes for huge-page weight memory"));
+  if (block.new_chunk_bytes > 0) {
     stats_.allocations += 1;
-    stats_.current_bytes += size;
-    account(Use::Weight, size);
+    stats_.current_bytes += block.new_chunk_bytes;
+    account(Use::Weight, block.new_chunk_bytes);
   }
-  Chunk& chunk = weight_chunks_.back();
-  std::byte* copy = chunk.data + chunk.used;
-  chunk.used += need;
-  std::memcpy(copy, data, static_cast<size_t>(bytes));
-  // The pool owns the chunk: the handle only marks the copy as in use by the graphs holding it.
-  std::shared_ptr<const void> held(copy, [](const void*) {});
+  std::memcpy(block.data.get(), data, static_cast<size_t>(bytes));
+  // Held by the pool (and by the graphs using the copy): the chunk lives while any copy in it does.
+  std::shared_ptr<const void> held = block.data;
   weights_.emplace(data, held);
   return held;
 }

@@ -33,6 +33,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "backends/backend.h"
+#include "kernels/huge_pages.h"
 
 namespace tessera {
 
@@ -106,13 +107,7 @@ class MemoryPool {
   int64_t arena_bytes_ = 0;
   std::vector<GraphSession*> sessions_;
   absl::flat_hash_map<const void*, std::shared_ptr<const void>> weights_;
-  // Huge-page chunks the weight copies are placed in (bump allocation, freed with the pool).
-  struct Chunk {
-    std::byte* data;
-    int64_t size;
-    int64_t used;
-  };
-  std::vector<Chunk> weight_chunks_;
+  HugePageChunks weight_chunks_;  // where the weight copies are placed
   absl::flat_hash_map<std::string, std::shared_ptr<Backend>> backends_;
   absl::flat_hash_map<std::pair<const Backend*, const void*>, BufferHandle> device_constants_;
 };

@@ -14,7 +14,6 @@
 //
 // Scratch: when x is not contiguous along K (never the case for session buffers) its rows are
 // copied into 4 * K floats of the call's scratch.
-#include <sys/mman.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -29,6 +28,7 @@
 #include "kernels/cpu/linear_q8.h"
 #include "kernels/cpu/quant_avx2.h"
 #include "kernels/cpu/quant_avx512.h"
+#include "kernels/huge_pages.h"
 #include "kernels/quant.h"
 
 namespace tessera::cpu {
@@ -372,31 +372,13 @@ int64_t prepared_bytes(const Graph& graph, const Node& node, KernelFn kernel) {
 namespace {
 
 // `bytes` of transparent-huge-page memory (decode streams a packed matrix once per token:
-// DESIGN.md section 5), 64-byte aligned, bump-allocated from shared chunks of at least 64 MiB
-// so that small matrices do not each round up to a 2 MiB page. A chunk is freed when nothing
-// allocated from it is held any more. nullptr when out of memory.
+// DESIGN.md section 5), from chunks shared by the process's packed weights. nullptr when out of
+// memory.
 std::shared_ptr<void> huge_page_bytes(int64_t bytes) {
-  constexpr size_t kHugePage = size_t{2} << 20, kChunk = size_t{64} << 20;
-  struct Chunk {
-    std::byte* data = nullptr;
-    size_t size = 0, used = 0;
-    ~Chunk() { std::free(data); }
-  };
   static std::mutex mutex;
-  static std::shared_ptr<Chunk>* current = new std::shared_ptr<Chunk>;  // never destroyed
-  const size_t need = (static_cast<size_t>(bytes) + 63) / 64 * 64;
+  static HugePageChunks* chunks = new HugePageChunks;  // never destroyed
   std::lock_guard<std::mutex> lock(mutex);
-  if (*current == nullptr || (*current)->used + need > (*current)->size) {
-    auto chunk = std::make_shared<Chunk>();
-    chunk->size = std::max(kChunk, (need + kHugePage - 1) / kHugePage * kHugePage);
-    chunk->data = static_cast<std::byte*>(std::aligned_alloc(kHugePage, chunk->size));
-    if (chunk->data == nullptr) return nullptr;
-    madvise(chunk->data, chunk->size, MADV_HUGEPAGE);
-    *current = std::move(chunk);
-  }
-  void* at = (*current)->data + (*current)->used;
-  (*current)->used += need;
-  return std::shared_ptr<void>(*current, at);  // keeps the chunk alive
+  return chunks->take(bytes).data;
 }
 
 }  // namespace

@@ -1,0 +1,36 @@
+#include "kernels/huge_pages.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdlib>
+
+namespace tessera {
+
+struct HugePageChunks::Chunk {
+  std::byte* data = nullptr;
+  int64_t size = 0, used = 0;
+  ~Chunk() { std::free(data); }
+};
+
+HugePageChunks::Block HugePageChunks::take(int64_t bytes) {
+  constexpr int64_t kHugePage = int64_t{2} << 20, kMinChunk = int64_t{64} << 20;
+  const int64_t need = (std::max<int64_t>(bytes, 1) + 63) / 64 * 64;
+  Block block;
+  if (current_ == nullptr || current_->size - current_->used < need) {
+    auto chunk = std::make_shared<Chunk>();
+    chunk->size = std::max(kMinChunk, (need + kHugePage - 1) / kHugePage * kHugePage);
+    chunk->data = static_cast<std::byte*>(std::aligned_alloc(static_cast<size_t>(kHugePage), static_cast<size_t>(chunk->size)));
+    if (chunk->data == nullptr) return block;
+    madvise(chunk->data, static_cast<size_t>(chunk->size), MADV_HUGEPAGE);
+    current_ = std::move(chunk);
+    block.new_chunk_bytes = current_->size;
+  }
+  void* at = current_->data + current_->used;
+  current_->used += need;
+  block.data = std::shared_ptr<void>(current_, at);
+  return block;
+}
+
+}  // namespace tessera
