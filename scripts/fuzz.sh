@@ -9,12 +9,10 @@
 # build-fuzz/findings/<target>/. Each finding becomes a regression test with its input committed
 # under fuzz/regressions/<name>/ (replayed by tests/reliability/fuzz_regressions_test.cc).
 # Exits non-zero when a target reports a finding.
+. "$(dirname "$0")/usage.sh" "$@"
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
-case "${1:-}" in
-  -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-esac
 target="${1:-all}"
 seconds="${2:-60}"
 bash scripts/setup.sh

@@ -6,6 +6,7 @@
 # TESSERA_SANITIZE_TARGETS="test_reliability test_session" builds only those targets (the whole
 # build takes long on a small machine) and runs those test binaries whole instead of ctest -R.
 # Not part of .ci/run (too slow for it); exits non-zero when a test fails or a sanitizer reports.
+. "$(dirname "$0")/usage.sh" "$@"
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -26,7 +27,7 @@ case "$mode" in
     ;;
   *)
     sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'
-    [ "$mode" = "--help" ] && exit 0 || exit 2
+    exit 2
     ;;
 esac
 bash scripts/setup.sh
