@@ -74,7 +74,7 @@ int bit4(DType dtype, const uint8_t* ints, int r, int e) {
   return (ints[bit4_part_at(dtype, e / 4) + bit / 8] >> (bit % 8)) & 1;
 }
 
-float half_at(const uint8_t* p) { return half_to_float(static_cast<uint16_t>(p[0] | (p[1] << 8))); }
+float half_at(const uint8_t* p) { return half_to_float(u16_at(p)); }
 
 template <DType kType>
 void micro_portable(const Quad& quad, int first, int count, const QRow* x, int rows, int64_t blocks, float* out, uint8_t*) {

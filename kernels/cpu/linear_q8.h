@@ -193,6 +193,9 @@ void pack_panel(DType dtype, const uint8_t* rows, int64_t row_bytes, int64_t fir
 // q * quad_bytes(dtype, kQuadPanels, k).
 void pack_weight(DType dtype, const uint8_t* w, int64_t n, int64_t k, uint8_t* dst);
 
+// The little-endian 16 bits at p (a block's f16 scale).
+inline uint16_t u16_at(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
+
 // The eight 6-bit scales and mins of a Q4_K block from its 12 scale bytes (layout in
 // kernels/quant.cc).
 inline void k_scale_min(const uint8_t* bytes, int* scale, int* min) {

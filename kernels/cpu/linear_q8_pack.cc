@@ -17,20 +17,18 @@ struct Unpacked {
   uint8_t min[8];
 };
 
-uint16_t u16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
-
 void unpack_block(DType dtype, const uint8_t* w, Unpacked& u) {
   switch (dtype) {
     case DType::Q8_0:
-      u.d = u16(w);
+      u.d = u16_at(w);
       for (int e = 0; e < 32; ++e) u.q[e] = static_cast<uint8_t>(static_cast<int8_t>(w[2 + e]) + 128);
       return;
     case DType::Q4_0:
     case DType::Q4_1: {
       // Q4_1 has m after d; then both hold the nibbles.
       const int at = dtype == DType::Q4_1 ? 4 : 2;
-      u.d = u16(w);
-      if (dtype == DType::Q4_1) u.m = u16(w + 2);
+      u.d = u16_at(w);
+      if (dtype == DType::Q4_1) u.m = u16_at(w + 2);
       for (int j = 0; j < 16; ++j) {
         u.q[j] = static_cast<uint8_t>(w[at + j] & 0x0F);
         u.q[j + 16] = static_cast<uint8_t>(w[at + j] >> 4);
@@ -41,8 +39,8 @@ void unpack_block(DType dtype, const uint8_t* w, Unpacked& u) {
     case DType::Q5_1: {
       // Q5_1 has m after d; then both hold qh (bit j: bit 4 of element j) and the nibbles.
       const int at = dtype == DType::Q5_1 ? 4 : 2;
-      u.d = u16(w);
-      if (dtype == DType::Q5_1) u.m = u16(w + 2);
+      u.d = u16_at(w);
+      if (dtype == DType::Q5_1) u.m = u16_at(w + 2);
       uint32_t qh;
       std::memcpy(&qh, w + at, 4);
       for (int j = 0; j < 16; ++j) {
@@ -55,8 +53,8 @@ void unpack_block(DType dtype, const uint8_t* w, Unpacked& u) {
     case DType::Q5_K: {
       // Q5_K holds 32 bytes of fifth bits (bit s of byte l: element 32 s + l) before the nibbles.
       const bool five = dtype == DType::Q5_K;
-      u.d = u16(w);
-      u.m = u16(w + 2);
+      u.d = u16_at(w);
+      u.m = u16_at(w + 2);
       int scale[8], min[8];
       k_scale_min(w + 4, scale, min);
       for (int s = 0; s < 8; ++s) {
@@ -70,7 +68,7 @@ void unpack_block(DType dtype, const uint8_t* w, Unpacked& u) {
       return;
     }
     case DType::Q6_K: {
-      u.d = u16(w + 208);
+      u.d = u16_at(w + 208);
       for (int j = 0; j < 16; ++j) u.scale[j] = static_cast<int8_t>(w[192 + j]);
       for (int half = 0; half < 2; ++half) {
         const uint8_t* ql = w + 64 * half;
