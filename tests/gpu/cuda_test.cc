@@ -6,7 +6,6 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <random>
 #include <string>
 
@@ -103,13 +102,8 @@ TEST_CASE("cuda: every generated kernel compiles to PTX with NVRTC") {
 }
 
 TEST_CASE("cuda: the plugin runs the covered ops like the reference, where a GPU exists") {
-  setenv("TESSERA_BACKEND_PATH", TESSERA_PLUGIN_DIR, 1);
-  absl::StatusOr<std::unique_ptr<Backend>> backend = BackendRegistry().create("cuda");
-  if (!backend.ok()) {
-    MESSAGE("SKIPPED: no CUDA GPU here: ", backend.status().message());
-    return;
-  }
-  MESSAGE("CUDA device: ", (*backend)->description());
+  gpu_testing::Env env;
+  if (gpu_testing::open_backend("cuda") == nullptr) return;
   Covered c;
   std::mt19937_64 rng(3);
   std::uniform_real_distribution<float> u(-2, 2);
