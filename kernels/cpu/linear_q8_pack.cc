@@ -24,28 +24,22 @@ void unpack_block(DType dtype, const uint8_t* w, Unpacked& u) {
       for (int e = 0; e < 32; ++e) u.q[e] = static_cast<uint8_t>(static_cast<int8_t>(w[2 + e]) + 128);
       return;
     case DType::Q4_0:
-    case DType::Q4_1: {
-      // Q4_1 has m after d; then both hold the nibbles.
-      const int at = dtype == DType::Q4_1 ? 4 : 2;
-      u.d = u16_at(w);
-      if (dtype == DType::Q4_1) u.m = u16_at(w + 2);
-      for (int j = 0; j < 16; ++j) {
-        u.q[j] = static_cast<uint8_t>(w[at + j] & 0x0F);
-        u.q[j + 16] = static_cast<uint8_t>(w[at + j] >> 4);
-      }
-      return;
-    }
+    case DType::Q4_1:
     case DType::Q5_0:
     case DType::Q5_1: {
-      // Q5_1 has m after d; then both hold qh (bit j: bit 4 of element j) and the nibbles.
-      const int at = dtype == DType::Q5_1 ? 4 : 2;
+      // Q4_1 and Q5_1 have m after d; Q5_0 and Q5_1 then qh (bit j: bit 4 of element j); then
+      // the nibbles.
+      const bool has_m = dtype == DType::Q4_1 || dtype == DType::Q5_1;
+      const bool five = dtype == DType::Q5_0 || dtype == DType::Q5_1;
+      const int at = has_m ? 4 : 2;
       u.d = u16_at(w);
-      if (dtype == DType::Q5_1) u.m = u16_at(w + 2);
-      uint32_t qh;
-      std::memcpy(&qh, w + at, 4);
+      if (has_m) u.m = u16_at(w + 2);
+      uint32_t qh = 0;
+      if (five) std::memcpy(&qh, w + at, 4);
+      const uint8_t* nibbles = w + at + (five ? 4 : 0);
       for (int j = 0; j < 16; ++j) {
-        u.q[j] = static_cast<uint8_t>((w[at + 4 + j] & 0x0F) | (((qh >> j) & 1) << 4));
-        u.q[j + 16] = static_cast<uint8_t>((w[at + 4 + j] >> 4) | (((qh >> (j + 16)) & 1) << 4));
+        u.q[j] = static_cast<uint8_t>((nibbles[j] & 0x0F) | (((qh >> j) & 1) << 4));
+        u.q[j + 16] = static_cast<uint8_t>((nibbles[j] >> 4) | (((qh >> (j + 16)) & 1) << 4));
       }
       return;
     }
