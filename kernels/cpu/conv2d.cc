@@ -445,6 +445,7 @@ KernelFn conv2d_kernel(const Graph& graph, const Node& node, Isa isa) {
   if (node.dtype != DType::F32) return nullptr;
   for (NodeId in : node.inputs)
     if (graph.node(in).dtype != DType::F32) return nullptr;
+  if (KernelFn winograd = conv::winograd_kernel(graph, node, isa)) return winograd;
 #if defined(__x86_64__)
   if (isa >= Isa::Avx512) return conv2d_f32<conv::avx512_micro_table>;
   if (isa == Isa::Avx2) return conv2d_f32<conv::avx2_micro_table>;
@@ -456,10 +457,11 @@ KernelFn conv2d_kernel(const Graph& graph, const Node& node, Isa isa) {
 int64_t conv2d_scratch_bytes(const Graph& graph, const Node& node, bool) {
   const Geometry g = geometry_of(node.attrs_as<Conv2dAttrs>(), graph.node(node.inputs[0]).shape,
                                  graph.node(node.inputs[1]).shape, node.shape);
-  return scratch_take_bytes<float>(g.rows_floats()) + scratch_take_bytes<float>(g.weights_floats()) +
-         scratch_take_bytes<int64_t>(g.ring_slots()) +
-         scratch_take_bytes<int64_t>(2 * g.kernel_h) + scratch_take_bytes<int64_t>(2 * g.kernel_w) +
-         scratch_take_bytes<float>(conv::kMaxBlockChannels * conv::kMaxBlockPixels);
+  const int64_t direct = scratch_take_bytes<float>(g.rows_floats()) + scratch_take_bytes<float>(g.weights_floats()) +
+                         scratch_take_bytes<int64_t>(g.ring_slots()) + scratch_take_bytes<int64_t>(2 * g.kernel_h) +
+                         scratch_take_bytes<int64_t>(2 * g.kernel_w) +
+                         scratch_take_bytes<float>(conv::kMaxBlockChannels * conv::kMaxBlockPixels);
+  return std::max(direct, conv::winograd_scratch_bytes(graph, node));  // whichever path the ISA takes
 }
 
 }  // namespace tessera::cpu

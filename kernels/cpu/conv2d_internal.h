@@ -9,6 +9,9 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+
+#include "kernels/cpu/cpu_kernels.h"
 
 namespace tessera::cpu::conv {
 
@@ -60,6 +63,15 @@ struct MicroTable {
 };
 
 const MicroTable& portable_micro_table();
+
+// The Winograd F(2x2, 3x3) kernel (conv2d_winograd.cc) for a 3x3 f32 conv of stride 1, dilation
+// 1, one group and at least 8 input and output channels, with AVX2 or AVX-512; nullptr otherwise.
+KernelFn winograd_kernel(const Graph& graph, const Node& node, Isa isa);
+// Its scratch bound (0 when the node has no Winograd kernel).
+int64_t winograd_scratch_bytes(const Graph& graph, const Node& node);
+// Its transformed weights, prepared once when the weight is a constant (prepare_node_data).
+int64_t winograd_prepared_bytes(const Graph& graph, const Node& node, KernelFn kernel);
+std::shared_ptr<const void> winograd_prepare(const Graph& graph, const Node& node, KernelFn kernel);
 #if defined(__x86_64__)
 const MicroTable& avx2_micro_table();
 const MicroTable& avx512_micro_table();

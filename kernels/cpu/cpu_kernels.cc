@@ -1,5 +1,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 
+#include "kernels/cpu/conv2d_internal.h"
+
 #include <cstdlib>
 #include <cstring>
 #if defined(__x86_64__)
@@ -158,6 +160,28 @@ KernelFn optimised_kernel_for(const Graph& graph, const Node& node, Isa isa) {
 
 KernelFn optimised_kernel(const Graph& graph, const Node& node) {
   return optimised_kernel_for(graph, node, detected_isa());
+}
+
+std::shared_ptr<const void> prepare_node_data(const Graph& graph, const Node& node, KernelFn kernel) {
+  switch (node.kind) {
+    case OpKind::Linear:
+      return linear_prepare_data(graph, node, kernel);
+    case OpKind::Conv2d:
+      return conv::winograd_prepare(graph, node, kernel);
+    default:
+      return nullptr;
+  }
+}
+
+int64_t prepared_bytes(const Graph& graph, const Node& node, KernelFn kernel) {
+  switch (node.kind) {
+    case OpKind::Linear:
+      return linear_prepared_bytes(graph, node, kernel);
+    case OpKind::Conv2d:
+      return conv::winograd_prepared_bytes(graph, node, kernel);
+    default:
+      return 0;
+  }
 }
 
 }  // namespace tessera::cpu

@@ -48,11 +48,16 @@ KernelFn optimised_kernel_for(const Graph& graph, const Node& node, Isa isa);
 
 // What `kernel` (this node's optimised kernel) wants prepared once before it runs, for
 // KernelNode::prepared; nullptr when nothing. Linear with int8 activations and a constant weight:
-// the weight packed into the kernel's panels (linear_q8.h), in transparent-huge-page memory.
+// the weight packed into the kernel's panels (linear_q8.h), in transparent-huge-page memory; a
+// Winograd conv2d with a constant weight: its transformed weights.
 // It depends only on the weight's bytes, dtype and shape: callers may share it between nodes.
 std::shared_ptr<const void> prepare_node_data(const Graph& graph, const Node& node, KernelFn kernel);
 // Bytes of what prepare_node_data makes for the node (0: nothing).
 int64_t prepared_bytes(const Graph& graph, const Node& node, KernelFn kernel);
+// The per-op parts: linear.cc (the int8 path's panels) and conv2d_winograd.cc (the
+// Winograd path's transformed weights, conv::winograd_prepare).
+std::shared_ptr<const void> linear_prepare_data(const Graph& graph, const Node& node, KernelFn kernel);
+int64_t linear_prepared_bytes(const Graph& graph, const Node& node, KernelFn kernel);
 
 // Per-op selectors (one per file of kernels/cpu), nullptr when the node is not covered.
 KernelFn matmul_kernel(const Graph& graph, const Node& node, Isa isa);     // matmul.cc

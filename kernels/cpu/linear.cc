@@ -364,7 +364,7 @@ const Node* packable_weight(const Graph& graph, const Node& node, KernelFn kerne
 
 }  // namespace
 
-int64_t prepared_bytes(const Graph& graph, const Node& node, KernelFn kernel) {
+int64_t linear_prepared_bytes(const Graph& graph, const Node& node, KernelFn kernel) {
   const Node* w = packable_weight(graph, node, kernel);
   return w == nullptr ? 0 : q8::packed_bytes(w->dtype, w->shape[0], w->shape[1]);
 }
@@ -383,7 +383,7 @@ std::shared_ptr<void> huge_page_bytes(int64_t bytes) {
 
 }  // namespace
 
-std::shared_ptr<const void> prepare_node_data(const Graph& graph, const Node& node, KernelFn kernel) {
+std::shared_ptr<const void> linear_prepare_data(const Graph& graph, const Node& node, KernelFn kernel) {
   const Node* w = packable_weight(graph, node, kernel);
   if (w == nullptr) return nullptr;
   const int64_t bytes = q8::packed_bytes(w->dtype, w->shape[0], w->shape[1]);

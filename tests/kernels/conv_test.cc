@@ -5,10 +5,14 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
+#include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "engine/ops.h"
+#include "kernels/cpu/conv2d_internal.h"
 #include "tests/kernels/kernel_fixture.h"
 #include "tests/kernels/partial_views.h"
 
@@ -99,6 +103,52 @@ std::vector<float> magnitudes(const OpFixture& f) {
   return result;
 }
 
+// 3x3 convs of stride 1 with at least 8 channels each way (the Winograd kernel's): odd sizes,
+// tile rows and columns cut by the image's edge, more than one 32-tile chunk per row, output
+// channels off the 8- and 6-channel blocks, every padding the kernel can meet.
+std::vector<ConvCase> winograd_cases() {
+  std::vector<ConvCase> cases = {
+      {8, 8, 5, 7, 3, 3, params(1, 1)},
+      {16, 19, 9, 33, 3, 3, params(1, 1)},
+      {9, 12, 12, 70, 3, 3, params(1, 1)},     // two chunks of tiles per row
+      {12, 10, 7, 131, 3, 3, params(1, 0)},    // no padding, three chunks
+      {10, 9, 6, 40, 3, 3, params(1, 2)},      // padding 2
+      {8, 8, 1, 1, 3, 3, params(1, 1)},        // one pixel
+      {8, 16, 17, 16, 3, 3, params(1, 1), false},
+      {11, 13, 5, 9, 3, 3, params(1, 1)},      // batch of 2 (the last case)
+  };
+  ConvCase uneven{13, 8, 10, 21, 3, 3, params(1, 1)};
+  uneven.params.pad_h = 0;
+  cases.insert(cases.end() - 1, uneven);
+  return cases;
+}
+
+// Per element, M = sum over input channels c of (sum of |w[o][c]|) * (sum of |x[c]| over the
+// element's 3x3 receptive field), plus |b|: every product of the Winograd channel sums is
+// bounded by M's term for its channel (|U| <= sum |w|, |V| <= the field's sum |x|).
+std::vector<float> winograd_magnitudes(const OpFixture& f) {
+  std::vector<std::vector<float>> copies;
+  std::vector<TensorView> views = f.views;
+  for (size_t k = 0; k < views.size(); ++k) {
+    TensorView& v = views[k];
+    const int64_t count = v.extent.volume();
+    copies.emplace_back(static_cast<const float*>(v.data), static_cast<const float*>(v.data) + count);
+    for (float& x : copies.back()) x = std::fabs(x);
+    if (k == 1)  // every tap of filter (o, c) becomes the sum of its nine magnitudes
+      for (size_t i = 0; i < copies.back().size(); i += 9) {
+        float sum = 0;
+        for (size_t t = 0; t < 9; ++t) sum += copies.back()[i + t];
+        for (size_t t = 0; t < 9; ++t) copies.back()[i + t] = sum;
+      }
+    v.data = copies.back().data();
+  }
+  const Box full = Box::full(f.node().shape);
+  std::vector<float> result(static_cast<size_t>(full.volume()));
+  TensorView out = dense_view(result.data(), DType::F32, full);
+  REQUIRE(ref::reference_kernel(OpKind::Conv2d)(KernelCall{f.graph, f.node(), views, out, full}).ok());
+  return result;
+}
+
 }  // namespace
 
 TEST_CASE("kernels: conv2d is optimised for f32 only") {
@@ -151,18 +201,121 @@ TEST_CASE("kernels: conv2d sub-boxes and partial strided input views give the fu
   }
 }
 
-TEST_CASE("kernels: conv2d with too little scratch is an error status") {
+TEST_CASE("kernels: 3x3 stride-1 conv2d of 8+ channels runs the Winograd kernel with AVX2 and AVX-512") {
+  std::mt19937_64 rng(94);
+  for (const ConvCase& c : winograd_cases()) {
+    OpFixture f;
+    build(f, c, 1, rng);
+    for (cpu::Isa isa : kernel_testing::test_isas()) {
+      const KernelFn winograd = cpu::conv::winograd_kernel(f.graph, f.node(), isa);
+      CHECK(static_cast<bool>(winograd) == (isa != cpu::Isa::Portable));
+      const bool chosen = winograd != nullptr && f.optimised(isa) == winograd;
+      CHECK(chosen == (winograd != nullptr));
+    }
+  }
+  // Not for other convs: stride, dilation, groups, kernel size, too few channels either way.
+  ConvCase strided{8, 8, 9, 9, 3, 3, params(2, 1)}, dilated{8, 8, 9, 9, 3, 3, params(1, 2, 2)},
+      grouped{8, 8, 9, 9, 3, 3, params(1, 1, 1, 2)}, wide{8, 8, 9, 9, 5, 5, params(1, 2)},
+      few_in{7, 8, 9, 9, 3, 3, params(1, 1)}, few_out{8, 7, 9, 9, 3, 3, params(1, 1)};
+  for (const ConvCase& c : {strided, dilated, grouped, wide, few_in, few_out}) {
+    OpFixture f;
+    build(f, c, 1, rng);
+    for (cpu::Isa isa : kernel_testing::test_isas())
+      CHECK_FALSE(static_cast<bool>(cpu::conv::winograd_kernel(f.graph, f.node(), isa)));
+  }
+}
+
+TEST_CASE("kernels: Winograd conv2d matches the reference within its accumulation bound") {
+  const uint64_t seed = 95;
+  std::mt19937_64 rng(seed);
+  CAPTURE(seed);
+  const std::vector<ConvCase> cases = winograd_cases();
+  for (size_t k = 0; k < cases.size(); ++k) {
+    const ConvCase& c = cases[k];
+    CAPTURE(k);
+    OpFixture f;
+    build(f, c, k + 1 == cases.size() ? 2 : 1, rng);
+    const std::vector<float> sums = winograd_magnitudes(f);
+    // Each channel sum is C FMAs over products bounded by M's terms, after transforms of two
+    // roundings each; the output transform adds nine of them in four roundings of partial sums
+    // bounded by 9 M; then the bias and the reference's own rounding.
+    const double bound = (9.0 * static_cast<double>(c.channels) + 128) * 0x1p-24;
+    double worst = 0;
+    for (cpu::Isa isa : kernel_testing::test_isas()) {
+      if (isa == cpu::Isa::Portable) continue;
+      kernel_testing::check_close(f, isa, [&](int64_t i, double) { return bound * sums[static_cast<size_t>(i)] + 1e-30; });
+      const Box full = Box::full(f.node().shape);
+      const std::vector<float> fast = f.run(f.optimised(isa), full);
+      const std::vector<float> ref = f.run(ref::reference_kernel(OpKind::Conv2d), full);
+      for (size_t i = 0; i < fast.size(); ++i)
+        worst = std::max(worst, std::fabs(fast[i] - ref[i]) / (sums[i] * 0x1p-24 + 1e-30));
+    }
+    MESSAGE("case ", k, ": worst error ", worst, " x 2^-24 M (bound ", 9 * c.channels + 128, ")");
+  }
+}
+
+TEST_CASE("kernels: Winograd conv2d sub-boxes, partial strided views and prepared weights give the full box's bits") {
+  const uint64_t seed = 96;
+  std::mt19937_64 rng(seed);
+  CAPTURE(seed);
+  const std::vector<ConvCase> cases = winograd_cases();
+  for (size_t k = 0; k < cases.size(); ++k) {
+    CAPTURE(k);
+    OpFixture f;
+    build(f, cases[k], k + 1 == cases.size() ? 2 : 1, rng);
+    for (cpu::Isa isa : kernel_testing::test_isas()) {
+      if (isa == cpu::Isa::Portable) continue;
+      const std::string isa_label = cpu::isa_name(isa);
+      CAPTURE(isa_label);
+      kernel_testing::check_sub_boxes(f, isa, rng, 12);
+      kernel_testing::check_partial_views(f, f.optimised(isa), rng, 6);
+    }
+  }
+  // The same weights as a constant: the transformed weights prepared once give the same bits.
   OpFixture f;
+  build(f, cases[2], 1, rng);
+  Graph& g = f.graph;
+  const Shape w_shape = g.node(g.node(f.out.id).inputs[1]).shape;  // nodes move as the graph grows
+  std::vector<float> weights(static_cast<size_t>(shape_volume(w_shape)));
+  std::memcpy(weights.data(), f.views[1].data, weights.size() * sizeof(float));
+  const ConvCase& c = cases[2];
+  Tensor constant_w = g.constant(w_shape, weights);
+  Tensor x = Tensor{&g, g.node(f.out.id).inputs[0]}, b = Tensor{&g, g.node(f.out.id).inputs[2]};
+  Tensor with_constant = conv2d(x, constant_w, b, c.params);
+  const Node& node = g.node(with_constant.id);
+  std::vector<TensorView> views = {f.views[0], dense_view(weights.data(), DType::F32, Box::full(w_shape)), f.views[2]};
+  const Box full = Box::full(node.shape);
+  for (cpu::Isa isa : kernel_testing::test_isas()) {
+    const KernelFn kernel = cpu::conv::winograd_kernel(g, node, isa);
+    if (!kernel) continue;
+    const std::string isa_label = cpu::isa_name(isa);
+    CAPTURE(isa_label);
+    CHECK(cpu::conv::winograd_prepared_bytes(g, node, kernel) > 0);
+    const std::shared_ptr<const void> prepared = cpu::conv::winograd_prepare(g, node, kernel);
+    REQUIRE(prepared != nullptr);
+    std::vector<float> plain(static_cast<size_t>(full.volume())), fast(plain.size());
+    REQUIRE(kernel(KernelCall{g, node, views, dense_view(plain.data(), DType::F32, full), full}).ok());
+    const TensorView fast_view = dense_view(fast.data(), DType::F32, full);  // KernelArgs refers to it
+    KernelCall call{g, node, views, fast_view, full};
+    REQUIRE(kernel(call.with_prepared(prepared.get())).ok());
+    CHECK(std::memcmp(plain.data(), fast.data(), plain.size() * sizeof(float)) == 0);
+    CHECK(std::memcmp(plain.data(), f.run(kernel, full).data(), plain.size() * sizeof(float)) == 0);
+  }
+}
+
+TEST_CASE("kernels: conv2d with too little scratch is an error status") {
   std::mt19937_64 rng(93);
-  build(f, {4, 4, 6, 7, 3, 3, params(1, 1)}, 1, rng);
-  const Box full = Box::full(f.node().shape);
-  std::vector<float> out(static_cast<size_t>(full.volume()));
-  const TensorView view = dense_view(out.data(), DType::F32, full);
-  std::vector<KernelInput> inputs;
-  kernel_inputs(f.graph, f.node(), f.views, inputs);
-  for (cpu::Isa isa : kernel_testing::test_isas())
-    CHECK_FALSE(
-        f.optimised(isa)(KernelArgs{kernel_node(f.graph, f.node()), inputs, view, full, {}}).ok());
+  for (int64_t channels : {4, 8}) {  // the direct kernel, then the Winograd one (with AVX2 and AVX-512)
+    OpFixture f;
+    build(f, {channels, channels, 6, 7, 3, 3, params(1, 1)}, 1, rng);
+    const Box full = Box::full(f.node().shape);
+    std::vector<float> out(static_cast<size_t>(full.volume()));
+    const TensorView view = dense_view(out.data(), DType::F32, full);
+    std::vector<KernelInput> inputs;
+    kernel_inputs(f.graph, f.node(), f.views, inputs);
+    for (cpu::Isa isa : kernel_testing::test_isas())
+      CHECK_FALSE(f.optimised(isa)(KernelArgs{kernel_node(f.graph, f.node()), inputs, view, full, {}}).ok());
+  }
 }
 
 }  // namespace tessera

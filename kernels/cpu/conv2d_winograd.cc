@@ -1,0 +1,341 @@
+// Winograd F(2x2, 3x3) f32 conv2d for 3x3 convs of stride 1 and dilation 1, one group, at least
+// kMinChannels input and output channels (any padding): 16 products per 2x2 output tile and
+// channel pair instead of 36 (the TAEF2 and RDN nets' 64->64 3x3 layers run ~2x faster).
+//
+// Tiles sit at even output rows and columns of the whole output (never relative to the box).
+// Per tile: V = B^T d B of its 4x4 input patch per input channel, M[xi] = sum over c of U[xi][c]
+// V[xi][c] per output channel (U = G g G^T of the weights, computed once in double and rounded),
+// then Y = A^T M A + bias. With Lavin's F(2, 3) matrices every step of that computation is
+// structurally local: V[i][j] for i, j <= 2 reads only d[0..2][0..2], M's entries follow their
+// V's, and Y[0][0] reads only M[0..2][0..2] (Y[1][1] only index 1..3, the two others likewise),
+// so an output element's bits depend only on its own 3x3 receptive field and on its fixed
+// position in its tile. Exactness (DESIGN.md section 1) and the conv2d region rules therefore
+// hold unchanged: a box cutting through a tile computes the whole tile with zeros in place of the
+// inputs outside the input view (they reach only the tile's outputs outside the box, which are
+// not stored), and gets the full box's bits.
+//
+// Summation order per output element: M's channel sum is acc = 0, then one FMA per input
+// channel in increasing order; the transforms add in a fixed order (conv2d_winograd.inc).
+//
+// Work goes per tile row and chunk of kTiles tiles (along the lanes): the chunk's four input
+// rows are packed (zero-padded, split into even and odd columns), transformed for every input
+// channel, then blocks of output channels run the 16 channel sums and the output transform.
+// Scratch (the call's): U unless prepared, the packed rows, V, M and two output rows.
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <new>
+
+#include "engine/ops.h"
+#include "kernels/cpu/conv2d_internal.h"
+#include "kernels/cpu/simd_avx2.h"
+
+namespace tessera::cpu::conv {
+
+namespace {
+
+constexpr int64_t kTiles = 32;               // tiles per chunk
+constexpr int64_t kPhaseLen = kTiles + 16;   // entries 0 .. kTiles of a phase, padded
+constexpr int64_t kMinChannels = 8;
+constexpr int64_t kMaxWeights = 1 << 16;     // in x out channels: bounds U's scratch (4.5 MiB)
+constexpr int64_t kMaxOcb = 8;               // output channels per block, any instruction set
+
+struct WinogradOps {
+  int lanes = 8;
+  int ocb = 1;  // output channels per gemm call
+  void (*deinterleave)(const float* src, int64_t pairs, float* even, float* odd) = nullptr;
+  void (*input_transform)(const float* const* rows, int64_t phase_len, int64_t vectors, float* v,
+                          int64_t xi_stride) = nullptr;
+  void (*gemm1)(const float* u, int64_t u_stride, const float* v, int64_t v_stride, int64_t channels, float* m,
+                int64_t m_stride) = nullptr;  // one vector of tiles
+  void (*gemm2)(const float* u, int64_t u_stride, const float* v, int64_t v_stride, int64_t channels, float* m,
+                int64_t m_stride) = nullptr;  // two vectors of tiles
+  void (*output_transform)(const float* m, int64_t xi_stride, int64_t vectors, const float* bias,
+                           float* const* out) = nullptr;
+};
+
+}  // namespace
+
+#if TESSERA_HAVE_AVX2_PATHS
+TESSERA_AVX2_BEGIN
+namespace wino_avx2 {
+namespace {
+
+using Vec = __m256;
+constexpr int kLanes = 8, kOcb = 6;  // 6 x 2 accumulators, 2 inputs and a broadcast: 15 registers
+inline Vec zero() { return _mm256_setzero_ps(); }
+inline Vec load(const float* p) { return _mm256_loadu_ps(p); }
+inline void store(float* p, Vec v) { _mm256_storeu_ps(p, v); }
+inline Vec broadcast(const float* p) { return _mm256_broadcast_ss(p); }
+inline Vec fma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
+inline Vec add(Vec a, Vec b) { return _mm256_add_ps(a, b); }
+inline Vec sub(Vec a, Vec b) { return _mm256_sub_ps(a, b); }
+// a0 b0 a1 b1 ... a7 b7 at p.
+inline void interleave(Vec a, Vec b, float* p) {
+  const Vec lo = _mm256_unpacklo_ps(a, b), hi = _mm256_unpackhi_ps(a, b);
+  _mm256_storeu_ps(p, _mm256_permute2f128_ps(lo, hi, 0x20));
+  _mm256_storeu_ps(p + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+}
+// The even and odd elements of a, b (16 floats) at even, odd.
+inline void split(Vec a, Vec b, float* even, float* odd) {
+  const __m256d e = _mm256_castps_pd(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)));
+  const __m256d o = _mm256_castps_pd(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+  _mm256_storeu_ps(even, _mm256_castpd_ps(_mm256_permute4x64_pd(e, _MM_SHUFFLE(3, 1, 2, 0))));
+  _mm256_storeu_ps(odd, _mm256_castpd_ps(_mm256_permute4x64_pd(o, _MM_SHUFFLE(3, 1, 2, 0))));
+}
+
+#include "kernels/cpu/conv2d_winograd.inc"
+
+}  // namespace
+}  // namespace wino_avx2
+TESSERA_AVX2_END
+
+TESSERA_AVX512_BEGIN
+namespace wino_avx512 {
+namespace {
+
+using Vec = __m512;
+constexpr int kLanes = 16, kOcb = 8;  // 8 x 2 accumulators, 2 inputs and a broadcast
+inline Vec zero() { return _mm512_setzero_ps(); }
+inline Vec load(const float* p) { return _mm512_loadu_ps(p); }
+inline void store(float* p, Vec v) { _mm512_storeu_ps(p, v); }
+inline Vec broadcast(const float* p) { return _mm512_set1_ps(*p); }
+inline Vec fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
+inline Vec add(Vec a, Vec b) { return _mm512_add_ps(a, b); }
+inline Vec sub(Vec a, Vec b) { return _mm512_sub_ps(a, b); }
+inline void interleave(Vec a, Vec b, float* p) {
+  const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  _mm512_storeu_ps(p, _mm512_permutex2var_ps(a, lo, b));
+  _mm512_storeu_ps(p + 16, _mm512_permutex2var_ps(a, hi, b));
+}
+inline void split(Vec a, Vec b, float* even, float* odd) {
+  const __m512i e = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i o = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  _mm512_storeu_ps(even, _mm512_permutex2var_ps(a, e, b));
+  _mm512_storeu_ps(odd, _mm512_permutex2var_ps(a, o, b));
+}
+
+#include "kernels/cpu/conv2d_winograd.inc"
+
+}  // namespace
+}  // namespace wino_avx512
+TESSERA_AVX512_END
+#endif  // TESSERA_HAVE_AVX2_PATHS
+
+namespace {
+
+// The conv's sizes (stride 1, dilation 1, one group).
+struct Geometry {
+  int64_t channels = 0, out_channels = 0;
+  int64_t height = 0, width = 0, out_height = 0, out_width = 0;
+  int64_t pad_h = 0, pad_w = 0;
+  int64_t u_stride() const { return out_channels + kMaxOcb; }  // U's floats per (xi, c)
+  int64_t u_floats() const { return 16 * channels * u_stride(); }
+};
+
+Geometry geometry_of(const Shape& x, const Shape& out, const Conv2dAttrs& a) {
+  return Geometry{x[1], out[1], x[2], x[3], out[2], out[3], a.pad_h, a.pad_w};
+}
+Geometry geometry_of(const Graph& graph, const Node& node) {
+  return geometry_of(graph.node(node.inputs[0]).shape, node.shape, node.attrs_as<Conv2dAttrs>());
+}
+
+bool eligible(const Graph& graph, const Node& node) {
+  if (node.kind != OpKind::Conv2d || node.dtype != DType::F32) return false;
+  for (NodeId in : node.inputs)
+    if (graph.node(in).dtype != DType::F32) return false;
+  const Conv2dAttrs& a = node.attrs_as<Conv2dAttrs>();
+  const Shape& w = graph.node(node.inputs[1]).shape;
+  return a.stride_h == 1 && a.stride_w == 1 && a.dilation_h == 1 && a.dilation_w == 1 && a.groups == 1 &&
+         w[2] == 3 && w[3] == 3 && w[0] >= kMinChannels && w[1] >= kMinChannels && w[0] * w[1] <= kMaxWeights;
+}
+
+// U[xi][c][o] = (G g G^T)[xi / 4][xi % 4] of filter (o, c), at u + (xi * channels + c) * u_stride + o,
+// for output channels [o_begin, o_end) (w's view may hold only those); the other columns of
+// u_stride are zero.
+void transform_weights(const Geometry& g, const TensorView& w, int64_t o_begin, int64_t o_end, float* u) {
+  std::fill(u, u + g.u_floats(), 0.0f);
+  for (int64_t o = o_begin; o < o_end; ++o)
+    for (int64_t c = 0; c < g.channels; ++c) {
+      double f[3][3], t[4][3];
+      for (int64_t kh = 0; kh < 3; ++kh)
+        for (int64_t kw = 0; kw < 3; ++kw) {
+          const int64_t at[4] = {o, c, kh, kw};
+          f[kh][kw] = *w.at<const float>(at);
+        }
+      for (int b = 0; b < 3; ++b) {  // t = G f
+        t[0][b] = f[0][b];
+        t[1][b] = 0.5 * (f[0][b] + f[1][b] + f[2][b]);
+        t[2][b] = 0.5 * (f[0][b] - f[1][b] + f[2][b]);
+        t[3][b] = f[2][b];
+      }
+      for (int i = 0; i < 4; ++i) {  // U = t G^T
+        const double row[4] = {t[i][0], 0.5 * (t[i][0] + t[i][1] + t[i][2]), 0.5 * (t[i][0] - t[i][1] + t[i][2]),
+                               t[i][2]};
+        for (int j = 0; j < 4; ++j)
+          u[((4 * i + j) * g.channels + c) * g.u_stride() + o] = static_cast<float>(row[j]);
+      }
+    }
+}
+
+// Packs input rows 2 ty - pad_h + r (r < 4) of every channel of sample n for tiles
+// [tx0, tx0 + tiles) into rows + (r * channels + c) * 2 * kPhaseLen: phase p, entry e holds input
+// column 2 (tx0 + e) - pad_w + p, or zero where that lies outside the image or x's view.
+void pack_rows(const WinogradOps& ops, const Geometry& g, const KernelInput& x, int64_t n, int64_t ty,
+               int64_t tx0, int64_t tiles, float* rows) {
+  const int64_t row_lo = std::max<int64_t>(0, x.extent.begin(2)), row_hi = std::min(g.height, x.extent.end(2));
+  const int64_t first = 2 * tx0 - g.pad_w;  // the column of phase 0, entry 0: span column k is first + k
+  // Span columns [k_lo, k_hi) exist and lie in x's view.
+  const int64_t k_lo = std::max<int64_t>({0, -first, x.extent.begin(3) - first});
+  const int64_t k_hi = std::min<int64_t>({2 * (tiles + 1), g.width - first, x.extent.end(3) - first});
+  const int64_t step = x.strides[3];
+  std::fill(rows, rows + 4 * g.channels * 2 * kPhaseLen, 0.0f);
+  if (k_lo >= k_hi) return;
+  for (int64_t r = 0; r < 4; ++r) {
+    const int64_t ih = 2 * ty - g.pad_h + r;
+    if (ih < row_lo || ih >= row_hi) continue;
+    for (int64_t c = 0; c < g.channels; ++c) {
+      const int64_t at[4] = {n, c, ih, first + k_lo};
+      const float* src = x.at<const float>(at);  // span column k_lo
+      float* phase[2] = {rows + (r * g.channels + c) * 2 * kPhaseLen, nullptr};
+      phase[1] = phase[0] + kPhaseLen;
+      int64_t k = k_lo;
+      if (step == 1) {
+        if (k % 2 == 1) {
+          phase[1][k / 2] = src[0];
+          ++k;
+        }
+        const int64_t pairs = (k_hi - k) / 2;
+        ops.deinterleave(src + (k - k_lo), pairs, phase[0] + k / 2, phase[1] + k / 2);
+        k += 2 * pairs;
+      }
+      for (; k < k_hi; ++k) phase[k % 2][k / 2] = src[(k - k_lo) * step];
+    }
+  }
+}
+
+template <const WinogradOps& (*kOps)()>
+absl::Status conv2d_winograd(const KernelArgs& args) {
+  const Box& box = args.box;
+  if (box.empty()) return absl::OkStatus();
+  const WinogradOps& ops = kOps();
+  const KernelInput& x = args.inputs[0];
+  const TensorView* bias = args.inputs.size() == 3 ? &args.inputs[2] : nullptr;
+  const Geometry g = geometry_of(x.shape, args.node.shape, args.node.attrs_as<Conv2dAttrs>());
+  ScratchCarver carver(args.scratch);
+  const float* u = static_cast<const float*>(args.node.prepared);
+  if (u == nullptr) {
+    float* own = carver.take<float>(g.u_floats());
+    if (own == nullptr) return absl::InternalError("[conv2d] kernel scratch too small");
+    transform_weights(g, args.inputs[1], box.begin(1), box.end(1), own);
+    u = own;
+  }
+  float* rows = carver.take<float>(4 * g.channels * 2 * kPhaseLen);
+  float* v = carver.take<float>(16 * g.channels * kTiles);
+  float* m = carver.take<float>(16 * kMaxOcb * kTiles);
+  float* out_rows = carver.take<float>(2 * 2 * kTiles);
+  if (rows == nullptr || v == nullptr || m == nullptr || out_rows == nullptr)
+    return absl::InternalError("[conv2d] kernel scratch too small");
+  float* const out_row[2] = {out_rows, out_rows + 2 * kTiles};
+  const int64_t ocb = ops.ocb, lanes = ops.lanes;
+  const int64_t xi_v = g.channels * kTiles, xi_u = g.channels * g.u_stride(), xi_m = ocb * kTiles;
+  const int64_t out_step = args.out.strides[3];
+  const int64_t tx_begin = box.begin(3) / 2, tx_end = (box.end(3) + 1) / 2;
+  for (int64_t n = box.begin(0); n < box.end(0); ++n)
+    for (int64_t ty = box.begin(2) / 2; ty < (box.end(2) + 1) / 2; ++ty)
+      for (int64_t tx0 = tx_begin; tx0 < tx_end; tx0 += kTiles) {
+        const int64_t tiles = std::min(kTiles, tx_end - tx0), vectors = (tiles + lanes - 1) / lanes;
+        pack_rows(ops, g, x, n, ty, tx0, tiles, rows);
+        for (int64_t c = 0; c < g.channels; ++c) {
+          const float* channel_rows[4];
+          for (int r = 0; r < 4; ++r) channel_rows[r] = rows + (r * g.channels + c) * 2 * kPhaseLen;
+          ops.input_transform(channel_rows, kPhaseLen, vectors, v + c * kTiles, xi_v);
+        }
+        // Output columns [ow_begin, ow_end) of these tiles are in the box.
+        const int64_t ow_begin = std::max(2 * tx0, box.begin(3)), ow_end = std::min(2 * (tx0 + tiles), box.end(3));
+        for (int64_t o0 = box.begin(1); o0 < box.end(1); o0 += ocb) {
+          for (int64_t xi = 0; xi < 16; ++xi) {
+            int64_t k = 0;
+            for (; k + 2 <= vectors; k += 2)
+              ops.gemm2(u + xi * xi_u + o0, g.u_stride(), v + xi * xi_v + k * lanes, kTiles, g.channels,
+                        m + xi * xi_m + k * lanes, kTiles);
+            if (k < vectors)
+              ops.gemm1(u + xi * xi_u + o0, g.u_stride(), v + xi * xi_v + k * lanes, kTiles, g.channels,
+                        m + xi * xi_m + k * lanes, kTiles);
+          }
+          for (int64_t j = 0; j < ocb && o0 + j < box.end(1); ++j) {
+            const int64_t o = o0 + j;
+            ops.output_transform(m + j * kTiles, xi_m, vectors, bias != nullptr ? bias->at<const float>(&o) : nullptr,
+                                 out_row);
+            for (int64_t r = 0; r < 2; ++r) {
+              const int64_t oh = 2 * ty + r;
+              if (oh < box.begin(2) || oh >= box.end(2)) continue;
+              const int64_t at[4] = {n, o, oh, ow_begin};
+              float* dst = args.out.at<float>(at);
+              const float* src = out_row[r] + (ow_begin - 2 * tx0);
+              if (out_step == 1) {
+                std::memcpy(dst, src, sizeof(float) * static_cast<size_t>(ow_end - ow_begin));
+              } else {
+                for (int64_t i = 0; i < ow_end - ow_begin; ++i) dst[i * out_step] = src[i];
+              }
+            }
+          }
+        }
+      }
+  return absl::OkStatus();
+}
+
+#if TESSERA_HAVE_AVX2_PATHS
+const WinogradOps& avx2_ops() { return wino_avx2::make_ops(); }
+const WinogradOps& avx512_ops() { return wino_avx512::make_ops(); }
+#endif
+
+}  // namespace
+
+KernelFn winograd_kernel(const Graph& graph, const Node& node, Isa isa) {
+  if (!eligible(graph, node)) return nullptr;
+#if TESSERA_HAVE_AVX2_PATHS
+  if (isa >= Isa::Avx512) return conv2d_winograd<avx512_ops>;
+  if (isa == Isa::Avx2) return conv2d_winograd<avx2_ops>;
+#endif
+  (void)isa;
+  return nullptr;
+}
+
+int64_t winograd_scratch_bytes(const Graph& graph, const Node& node) {
+  if (!eligible(graph, node)) return 0;
+  const Geometry g = geometry_of(graph, node);
+  return scratch_take_bytes<float>(g.u_floats()) + scratch_take_bytes<float>(4 * g.channels * 2 * kPhaseLen) +
+         scratch_take_bytes<float>(16 * g.channels * kTiles) + scratch_take_bytes<float>(16 * kMaxOcb * kTiles) +
+         scratch_take_bytes<float>(2 * 2 * kTiles);
+}
+
+namespace {
+
+bool prepares(const Graph& graph, const Node& node, KernelFn kernel) {
+  if (kernel == nullptr || !eligible(graph, node) || graph.node(node.inputs[1]).kind != OpKind::Constant) return false;
+  for (Isa isa : {Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni, Isa::Amx})
+    if (kernel == winograd_kernel(graph, node, isa)) return true;
+  return false;
+}
+
+}  // namespace
+
+int64_t winograd_prepared_bytes(const Graph& graph, const Node& node, KernelFn kernel) {
+  return prepares(graph, node, kernel) ? geometry_of(graph, node).u_floats() * static_cast<int64_t>(sizeof(float)) : 0;
+}
+
+std::shared_ptr<const void> winograd_prepare(const Graph& graph, const Node& node, KernelFn kernel) {
+  if (!prepares(graph, node, kernel)) return nullptr;
+  const Node& w = graph.node(node.inputs[1]);
+  const void* data = graph.constant_data(w.constant).data;
+  if (data == nullptr) return nullptr;
+  const Geometry g = geometry_of(graph, node);
+  std::shared_ptr<float[]> u(new (std::nothrow) float[static_cast<size_t>(g.u_floats())]);
+  if (u == nullptr) return nullptr;  // the kernel transforms the weights itself
+  transform_weights(g, dense_view(const_cast<void*>(data), DType::F32, Box::full(w.shape)), 0, g.out_channels, u.get());
+  return u;
+}
+
+}  // namespace tessera::cpu::conv
