@@ -34,7 +34,7 @@ namespace tessera::cpu::conv {
 
 namespace {
 
-constexpr int64_t kTiles = 32;               // tiles per chunk
+constexpr int64_t kTiles = 48;               // tiles per chunk: three AVX-512 vectors, six AVX2
 constexpr int64_t kPhaseLen = kTiles + 16;   // entries 0 .. kTiles of a phase, padded
 constexpr int64_t kMinChannels = 8;
 constexpr int64_t kMaxWeights = 1 << 16;     // in x out channels: bounds U's scratch (4.5 MiB)
@@ -42,14 +42,15 @@ constexpr int64_t kMaxOcb = 8;               // output channels per block, any i
 
 struct WinogradOps {
   int lanes = 8;
-  int ocb = 1;  // output channels per gemm call
+  int ocb = 1;           // output channels per gemm call
+  int gemm_vectors = 2;  // the most vectors of tiles per gemm call (2 or 3)
   void (*deinterleave)(const float* src, int64_t pairs, float* even, float* odd) = nullptr;
   void (*input_transform)(const float* const* rows, int64_t phase_len, int64_t vectors, float* v,
                           int64_t xi_stride) = nullptr;
-  void (*gemm1)(const float* u, int64_t u_stride, const float* v, int64_t v_stride, int64_t channels, float* m,
-                int64_t m_stride) = nullptr;  // one vector of tiles
-  void (*gemm2)(const float* u, int64_t u_stride, const float* v, int64_t v_stride, int64_t channels, float* m,
-                int64_t m_stride) = nullptr;  // two vectors of tiles
+  // gemm[k - 1]: k vectors of tiles (gemm[2] takes gemm_vectors).
+  using GemmFn = void (*)(const float* u, int64_t u_stride, const float* v, int64_t v_stride, int64_t channels,
+                          float* m, int64_t m_stride);
+  GemmFn gemm[3] = {};
   void (*output_transform)(const float* m, int64_t xi_stride, int64_t vectors, const float* bias,
                            float* const* out) = nullptr;
 };
@@ -62,7 +63,7 @@ namespace wino_avx2 {
 namespace {
 
 using Vec = __m256;
-constexpr int kLanes = 8, kOcb = 6;  // 6 x 2 accumulators, 2 inputs and a broadcast: 15 registers
+constexpr int kLanes = 8, kOcb = 6, kGemmVectors = 2;  // 6 x 2 accumulators, 2 inputs, a broadcast: 15 registers
 inline Vec zero() { return _mm256_setzero_ps(); }
 inline Vec load(const float* p) { return _mm256_loadu_ps(p); }
 inline void store(float* p, Vec v) { _mm256_storeu_ps(p, v); }
@@ -95,7 +96,7 @@ namespace wino_avx512 {
 namespace {
 
 using Vec = __m512;
-constexpr int kLanes = 16, kOcb = 8;  // 8 x 2 accumulators, 2 inputs and a broadcast
+constexpr int kLanes = 16, kOcb = 8, kGemmVectors = 3;  // 8 x 3 accumulators, 3 inputs, a broadcast
 inline Vec zero() { return _mm512_setzero_ps(); }
 inline Vec load(const float* p) { return _mm512_loadu_ps(p); }
 inline void store(float* p, Vec v) { _mm512_storeu_ps(p, v); }
@@ -256,13 +257,12 @@ absl::Status conv2d_winograd(const KernelArgs& args) {
         const int64_t ow_begin = std::max(2 * tx0, box.begin(3)), ow_end = std::min(2 * (tx0 + tiles), box.end(3));
         for (int64_t o0 = box.begin(1); o0 < box.end(1); o0 += ocb) {
           for (int64_t xi = 0; xi < 16; ++xi) {
-            int64_t k = 0;
-            for (; k + 2 <= vectors; k += 2)
-              ops.gemm2(u + xi * xi_u + o0, g.u_stride(), v + xi * xi_v + k * lanes, kTiles, g.channels,
-                        m + xi * xi_m + k * lanes, kTiles);
-            if (k < vectors)
-              ops.gemm1(u + xi * xi_u + o0, g.u_stride(), v + xi * xi_v + k * lanes, kTiles, g.channels,
-                        m + xi * xi_m + k * lanes, kTiles);
+            for (int64_t k = 0; k < vectors;) {
+              const int64_t count = std::min<int64_t>(ops.gemm_vectors, vectors - k);
+              ops.gemm[count - 1](u + xi * xi_u + o0, g.u_stride(), v + xi * xi_v + k * lanes, kTiles, g.channels,
+                                  m + xi * xi_m + k * lanes, kTiles);
+              k += count;
+            }
           }
           for (int64_t j = 0; j < ocb && o0 + j < box.end(1); ++j) {
             const int64_t o = o0 + j;
