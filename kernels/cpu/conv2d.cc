@@ -1,5 +1,7 @@
 // Optimised f32 conv2d (semantics at the definition block in engine/ops_nn.cc): direct
 // convolution vectorised along the output width, with register blocks of output channels.
+// 3x3 and 5x5 convs of stride 1 with 8+ channels each way take the Winograd kernel instead
+// (conv2d_winograd.cc) where AVX2 or AVX-512 is available.
 //
 // Per group the box touches, output row after output row, the input rows a row reads (every
 // input channel of the group) are packed into scratch: zero-padded, restricted to the columns

@@ -64,8 +64,9 @@ struct MicroTable {
 
 const MicroTable& portable_micro_table();
 
-// The Winograd F(2x2, 3x3) kernel (conv2d_winograd.cc) for a 3x3 f32 conv of stride 1, dilation
-// 1, one group and at least 8 input and output channels, with AVX2 or AVX-512; nullptr otherwise.
+// The Winograd F(2x2, 3x3) or F(2x2, 5x5) kernel (conv2d_winograd.cc) for a 3x3 or 5x5 f32 conv
+// of stride 1, dilation 1, one group and at least 8 input and output channels, with AVX2 or
+// AVX-512; nullptr otherwise.
 KernelFn winograd_kernel(const Graph& graph, const Node& node, Isa isa);
 // Its scratch bound (0 when the node has no Winograd kernel).
 int64_t winograd_scratch_bytes(const Graph& graph, const Node& node);

@@ -1,25 +1,28 @@
-// Winograd F(2x2, 3x3) f32 conv2d for 3x3 convs of stride 1 and dilation 1, one group, at least
-// kMinChannels input and output channels (any padding): 16 products per 2x2 output tile and
-// channel pair instead of 36 (the TAEF2 and RDN nets' 64->64 3x3 layers run ~2x faster).
+// Winograd F(2x2, 3x3) and F(2x2, 5x5) f32 conv2d for 3x3 and 5x5 convs of stride 1 and
+// dilation 1, one group, at least kMinChannels input and output channels (any padding): 16
+// products per 2x2 output tile and channel pair instead of 36 (3x3), 36 instead of 100 (5x5).
+// The TAEF2 and RDN nets' 64->64 layers run 1.5-1.8x faster than the direct kernel (conv2d.cc).
 //
 // Tiles sit at even output rows and columns of the whole output (never relative to the box).
-// Per tile: V = B^T d B of its 4x4 input patch per input channel, M[xi] = sum over c of U[xi][c]
-// V[xi][c] per output channel (U = G g G^T of the weights, computed once in double and rounded),
-// then Y = A^T M A + bias. With Lavin's F(2, 3) matrices every step of that computation is
-// structurally local: V[i][j] for i, j <= 2 reads only d[0..2][0..2], M's entries follow their
-// V's, and Y[0][0] reads only M[0..2][0..2] (Y[1][1] only index 1..3, the two others likewise),
-// so an output element's bits depend only on its own 3x3 receptive field and on its fixed
-// position in its tile. Exactness (DESIGN.md section 1) and the conv2d region rules therefore
-// hold unchanged: a box cutting through a tile computes the whole tile with zeros in place of the
-// inputs outside the input view (they reach only the tile's outputs outside the box, which are
-// not stored), and gets the full box's bits.
+// Per tile: V = B^T d B of its (r+1)x(r+1) input patch per input channel, M[xi] = sum over c of
+// U[xi][c] V[xi][c] per output channel (U = G g G^T of the weights, computed once in double and
+// rounded), then Y = A^T M A + bias. With these matrices (Lavin's F(2, 3); F(2, 5) on the points
+// 0, 1, -1, 2, -2 and infinity) every step is structurally local: V[i][j] for i, j < r reads
+// only d[0..r-1][0..r-1], M's entries follow their V's, and Y[0][0] reads only M[0..r-1][0..r-1]
+// (Y[1][1] only index 1..r, the two others likewise), so an output element's bits depend only
+// on its own receptive field and on its fixed position in its tile. Exactness (DESIGN.md
+// section 1) and the conv2d region rules therefore hold unchanged: a box cutting through a tile
+// computes the whole tile with zeros in place of the inputs outside the input view (they reach
+// only the tile's outputs outside the box, which are not stored), and gets the full box's bits.
 //
 // Summation order per output element: M's channel sum is acc = 0, then one FMA per input
-// channel in increasing order; the transforms add in a fixed order (conv2d_winograd.inc).
+// channel in increasing order; the transforms run in a fixed order (conv2d_winograd.inc).
 //
-// Work goes per tile row and chunk of kTiles tiles (along the lanes): the chunk's four input
+// Work goes per tile row and chunk of kTiles tiles (along the lanes): the chunk's r + 1 input
 // rows are packed (zero-padded, split into even and odd columns), transformed for every input
-// channel, then blocks of output channels run the 16 channel sums and the output transform.
+// channel, then blocks of output channels run the channel sums and the output transform.
+// (Packing each tile row's rows anew measured faster than keeping the rows two tile rows share
+// and walking a chunk down the image: that order reads the input in short strided runs.)
 // Scratch (the call's): U unless prepared, the packed rows, V, M and two output rows.
 #include <algorithm>
 #include <cstring>
@@ -37,7 +40,7 @@ namespace {
 constexpr int64_t kTiles = 48;               // tiles per chunk: three AVX-512 vectors, six AVX2
 constexpr int64_t kPhaseLen = kTiles + 16;   // entries 0 .. kTiles of a phase, padded
 constexpr int64_t kMinChannels = 8;
-constexpr int64_t kMaxWeights = 1 << 16;     // in x out channels: bounds U's scratch (4.5 MiB)
+constexpr int64_t kMaxUFloats = 1 << 21;     // bounds U's scratch (8 MiB)
 constexpr int64_t kMaxOcb = 8;               // output channels per block, any instruction set
 
 struct WinogradOps {
@@ -45,14 +48,15 @@ struct WinogradOps {
   int ocb = 1;           // output channels per gemm call
   int gemm_vectors = 2;  // the most vectors of tiles per gemm call (2 or 3)
   void (*deinterleave)(const float* src, int64_t pairs, float* even, float* odd) = nullptr;
-  void (*input_transform)(const float* const* rows, int64_t phase_len, int64_t vectors, float* v,
-                          int64_t xi_stride) = nullptr;
+  // [0]: F(2, 3), [1]: F(2, 5).
+  void (*input_transform[2])(const float* const* rows, int64_t phase_len, int64_t vectors, float* v,
+                             int64_t xi_stride) = {};
   // gemm[k - 1]: k vectors of tiles (gemm[2] takes gemm_vectors).
   using GemmFn = void (*)(const float* u, int64_t u_stride, const float* v, int64_t v_stride, int64_t channels,
                           float* m, int64_t m_stride);
   GemmFn gemm[3] = {};
-  void (*output_transform)(const float* m, int64_t xi_stride, int64_t vectors, const float* bias,
-                           float* const* out) = nullptr;
+  void (*output_transform[2])(const float* m, int64_t xi_stride, int64_t vectors, const float* bias,
+                              float* const* out) = {};
 };
 
 }  // namespace
@@ -68,6 +72,7 @@ inline Vec zero() { return _mm256_setzero_ps(); }
 inline Vec load(const float* p) { return _mm256_loadu_ps(p); }
 inline void store(float* p, Vec v) { _mm256_storeu_ps(p, v); }
 inline Vec broadcast(const float* p) { return _mm256_broadcast_ss(p); }
+inline Vec set1(float x) { return _mm256_set1_ps(x); }
 inline Vec fma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
 inline Vec add(Vec a, Vec b) { return _mm256_add_ps(a, b); }
 inline Vec sub(Vec a, Vec b) { return _mm256_sub_ps(a, b); }
@@ -101,6 +106,7 @@ inline Vec zero() { return _mm512_setzero_ps(); }
 inline Vec load(const float* p) { return _mm512_loadu_ps(p); }
 inline void store(float* p, Vec v) { _mm512_storeu_ps(p, v); }
 inline Vec broadcast(const float* p) { return _mm512_set1_ps(*p); }
+inline Vec set1(float x) { return _mm512_set1_ps(x); }
 inline Vec fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
 inline Vec add(Vec a, Vec b) { return _mm512_add_ps(a, b); }
 inline Vec sub(Vec a, Vec b) { return _mm512_sub_ps(a, b); }
@@ -126,20 +132,27 @@ TESSERA_AVX512_END
 
 namespace {
 
-// The conv's sizes (stride 1, dilation 1, one group).
+// The conv's sizes (stride 1, dilation 1, one group, an r x r kernel, r = 3 or 5).
 struct Geometry {
   int64_t channels = 0, out_channels = 0;
   int64_t height = 0, width = 0, out_height = 0, out_width = 0;
   int64_t pad_h = 0, pad_w = 0;
+  int64_t r = 3;
+  int64_t n() const { return r + 1; }      // a tile's input rows and columns
+  int64_t xis() const { return n() * n(); }  // products per tile and channel pair
   int64_t u_stride() const { return out_channels + kMaxOcb; }  // U's floats per (xi, c)
-  int64_t u_floats() const { return 16 * channels * u_stride(); }
+  int64_t u_floats() const { return xis() * channels * u_stride(); }
+  int64_t rows_floats() const { return n() * channels * 2 * kPhaseLen; }
+  int64_t v_floats() const { return xis() * channels * kTiles; }
+  int64_t m_floats() const { return xis() * kMaxOcb * kTiles; }
 };
 
-Geometry geometry_of(const Shape& x, const Shape& out, const Conv2dAttrs& a) {
-  return Geometry{x[1], out[1], x[2], x[3], out[2], out[3], a.pad_h, a.pad_w};
+Geometry geometry_of(const Shape& x, const Shape& w, const Shape& out, const Conv2dAttrs& a) {
+  return Geometry{x[1], out[1], x[2], x[3], out[2], out[3], a.pad_h, a.pad_w, w[2]};
 }
 Geometry geometry_of(const Graph& graph, const Node& node) {
-  return geometry_of(graph.node(node.inputs[0]).shape, node.shape, node.attrs_as<Conv2dAttrs>());
+  return geometry_of(graph.node(node.inputs[0]).shape, graph.node(node.inputs[1]).shape, node.shape,
+                     node.attrs_as<Conv2dAttrs>());
 }
 
 bool eligible(const Graph& graph, const Node& node) {
@@ -149,38 +162,53 @@ bool eligible(const Graph& graph, const Node& node) {
   const Conv2dAttrs& a = node.attrs_as<Conv2dAttrs>();
   const Shape& w = graph.node(node.inputs[1]).shape;
   return a.stride_h == 1 && a.stride_w == 1 && a.dilation_h == 1 && a.dilation_w == 1 && a.groups == 1 &&
-         w[2] == 3 && w[3] == 3 && w[0] >= kMinChannels && w[1] >= kMinChannels && w[0] * w[1] <= kMaxWeights;
+         (w[2] == 3 || w[2] == 5) && w[3] == w[2] && w[0] >= kMinChannels && w[1] >= kMinChannels &&
+         geometry_of(graph, node).u_floats() <= kMaxUFloats;
 }
 
-// U[xi][c][o] = (G g G^T)[xi / 4][xi % 4] of filter (o, c), at u + (xi * channels + c) * u_stride + o,
-// for output channels [o_begin, o_end) (w's view may hold only those); the other columns of
-// u_stride are zero.
+// G of F(2, r) (rows: the points of apply_bt in conv2d_winograd.inc), r + 1 rows of r.
+const double* g_matrix(int64_t r) {
+  static const double g3[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
+  static const double g5[6][5] = {{1.0 / 4, 0, 0, 0, 0},
+                                  {-1.0 / 6, -1.0 / 6, -1.0 / 6, -1.0 / 6, -1.0 / 6},
+                                  {-1.0 / 6, 1.0 / 6, -1.0 / 6, 1.0 / 6, -1.0 / 6},
+                                  {1.0 / 24, 1.0 / 12, 1.0 / 6, 1.0 / 3, 2.0 / 3},
+                                  {1.0 / 24, -1.0 / 12, 1.0 / 6, -1.0 / 3, 2.0 / 3},
+                                  {0, 0, 0, 0, 1}};
+  return r == 3 ? &g3[0][0] : &g5[0][0];
+}
+
+// U[xi][c][o] = (G f G^T)[xi / n][xi % n] of filter (o, c) (computed in double, rounded once), at
+// u + (xi * channels + c) * u_stride + o, for output channels [o_begin, o_end) (w's view may hold
+// only those); the other columns of u_stride are zero.
 void transform_weights(const Geometry& g, const TensorView& w, int64_t o_begin, int64_t o_end, float* u) {
   std::fill(u, u + g.u_floats(), 0.0f);
+  const int64_t r = g.r, n = g.n();
+  const double* gm = g_matrix(r);
   for (int64_t o = o_begin; o < o_end; ++o)
     for (int64_t c = 0; c < g.channels; ++c) {
-      double f[3][3], t[4][3];
-      for (int64_t kh = 0; kh < 3; ++kh)
-        for (int64_t kw = 0; kw < 3; ++kw) {
+      double f[5][5], t[6][5];
+      for (int64_t kh = 0; kh < r; ++kh)
+        for (int64_t kw = 0; kw < r; ++kw) {
           const int64_t at[4] = {o, c, kh, kw};
           f[kh][kw] = *w.at<const float>(at);
         }
-      for (int b = 0; b < 3; ++b) {  // t = G f
-        t[0][b] = f[0][b];
-        t[1][b] = 0.5 * (f[0][b] + f[1][b] + f[2][b]);
-        t[2][b] = 0.5 * (f[0][b] - f[1][b] + f[2][b]);
-        t[3][b] = f[2][b];
-      }
-      for (int i = 0; i < 4; ++i) {  // U = t G^T
-        const double row[4] = {t[i][0], 0.5 * (t[i][0] + t[i][1] + t[i][2]), 0.5 * (t[i][0] - t[i][1] + t[i][2]),
-                               t[i][2]};
-        for (int j = 0; j < 4; ++j)
-          u[((4 * i + j) * g.channels + c) * g.u_stride() + o] = static_cast<float>(row[j]);
-      }
+      for (int64_t i = 0; i < n; ++i)  // t = G f
+        for (int64_t b = 0; b < r; ++b) {
+          double sum = 0;
+          for (int64_t a = 0; a < r; ++a) sum += gm[i * r + a] * f[a][b];
+          t[i][b] = sum;
+        }
+      for (int64_t i = 0; i < n; ++i)  // U = t G^T
+        for (int64_t j = 0; j < n; ++j) {
+          double sum = 0;
+          for (int64_t b = 0; b < r; ++b) sum += t[i][b] * gm[j * r + b];
+          u[((n * i + j) * g.channels + c) * g.u_stride() + o] = static_cast<float>(sum);
+        }
     }
 }
 
-// Packs input rows 2 ty - pad_h + r (r < 4) of every channel of sample n for tiles
+// Packs input rows 2 ty - pad_h + r (r < n) of every channel of sample n for tiles
 // [tx0, tx0 + tiles) into rows + (r * channels + c) * 2 * kPhaseLen: phase p, entry e holds input
 // column 2 (tx0 + e) - pad_w + p, or zero where that lies outside the image or x's view.
 void pack_rows(const WinogradOps& ops, const Geometry& g, const KernelInput& x, int64_t n, int64_t ty,
@@ -189,11 +217,11 @@ void pack_rows(const WinogradOps& ops, const Geometry& g, const KernelInput& x, 
   const int64_t first = 2 * tx0 - g.pad_w;  // the column of phase 0, entry 0: span column k is first + k
   // Span columns [k_lo, k_hi) exist and lie in x's view.
   const int64_t k_lo = std::max<int64_t>({0, -first, x.extent.begin(3) - first});
-  const int64_t k_hi = std::min<int64_t>({2 * (tiles + 1), g.width - first, x.extent.end(3) - first});
+  const int64_t k_hi = std::min<int64_t>({2 * tiles + g.r - 1, g.width - first, x.extent.end(3) - first});
   const int64_t step = x.strides[3];
-  std::fill(rows, rows + 4 * g.channels * 2 * kPhaseLen, 0.0f);
+  std::fill(rows, rows + g.rows_floats(), 0.0f);
   if (k_lo >= k_hi) return;
-  for (int64_t r = 0; r < 4; ++r) {
+  for (int64_t r = 0; r < g.n(); ++r) {
     const int64_t ih = 2 * ty - g.pad_h + r;
     if (ih < row_lo || ih >= row_hi) continue;
     for (int64_t c = 0; c < g.channels; ++c) {
@@ -216,14 +244,15 @@ void pack_rows(const WinogradOps& ops, const Geometry& g, const KernelInput& x, 
   }
 }
 
-template <const WinogradOps& (*kOps)()>
+template <const WinogradOps& (*kOps)(), int kR>
 absl::Status conv2d_winograd(const KernelArgs& args) {
+  constexpr int64_t kN = kR + 1, kXis = kN * kN;
   const Box& box = args.box;
   if (box.empty()) return absl::OkStatus();
   const WinogradOps& ops = kOps();
   const KernelInput& x = args.inputs[0];
   const TensorView* bias = args.inputs.size() == 3 ? &args.inputs[2] : nullptr;
-  const Geometry g = geometry_of(x.shape, args.node.shape, args.node.attrs_as<Conv2dAttrs>());
+  const Geometry g = geometry_of(x.shape, args.inputs[1].shape, args.node.shape, args.node.attrs_as<Conv2dAttrs>());
   ScratchCarver carver(args.scratch);
   const float* u = static_cast<const float*>(args.node.prepared);
   if (u == nullptr) {
@@ -232,9 +261,9 @@ absl::Status conv2d_winograd(const KernelArgs& args) {
     transform_weights(g, args.inputs[1], box.begin(1), box.end(1), own);
     u = own;
   }
-  float* rows = carver.take<float>(4 * g.channels * 2 * kPhaseLen);
-  float* v = carver.take<float>(16 * g.channels * kTiles);
-  float* m = carver.take<float>(16 * kMaxOcb * kTiles);
+  float* rows = carver.take<float>(g.rows_floats());
+  float* v = carver.take<float>(g.v_floats());
+  float* m = carver.take<float>(g.m_floats());
   float* out_rows = carver.take<float>(2 * 2 * kTiles);
   if (rows == nullptr || v == nullptr || m == nullptr || out_rows == nullptr)
     return absl::InternalError("[conv2d] kernel scratch too small");
@@ -249,14 +278,14 @@ absl::Status conv2d_winograd(const KernelArgs& args) {
         const int64_t tiles = std::min(kTiles, tx_end - tx0), vectors = (tiles + lanes - 1) / lanes;
         pack_rows(ops, g, x, n, ty, tx0, tiles, rows);
         for (int64_t c = 0; c < g.channels; ++c) {
-          const float* channel_rows[4];
-          for (int r = 0; r < 4; ++r) channel_rows[r] = rows + (r * g.channels + c) * 2 * kPhaseLen;
-          ops.input_transform(channel_rows, kPhaseLen, vectors, v + c * kTiles, xi_v);
+          const float* channel_rows[kN];
+          for (int64_t r = 0; r < kN; ++r) channel_rows[r] = rows + (r * g.channels + c) * 2 * kPhaseLen;
+          ops.input_transform[kR / 5](channel_rows, kPhaseLen, vectors, v + c * kTiles, xi_v);
         }
         // Output columns [ow_begin, ow_end) of these tiles are in the box.
         const int64_t ow_begin = std::max(2 * tx0, box.begin(3)), ow_end = std::min(2 * (tx0 + tiles), box.end(3));
         for (int64_t o0 = box.begin(1); o0 < box.end(1); o0 += ocb) {
-          for (int64_t xi = 0; xi < 16; ++xi) {
+          for (int64_t xi = 0; xi < kXis; ++xi) {
             for (int64_t k = 0; k < vectors;) {
               const int64_t count = std::min<int64_t>(ops.gemm_vectors, vectors - k);
               ops.gemm[count - 1](u + xi * xi_u + o0, g.u_stride(), v + xi * xi_v + k * lanes, kTiles, g.channels,
@@ -266,7 +295,7 @@ absl::Status conv2d_winograd(const KernelArgs& args) {
           }
           for (int64_t j = 0; j < ocb && o0 + j < box.end(1); ++j) {
             const int64_t o = o0 + j;
-            ops.output_transform(m + j * kTiles, xi_m, vectors, bias != nullptr ? bias->at<const float>(&o) : nullptr,
+            ops.output_transform[kR / 5](m + j * kTiles, xi_m, vectors, bias != nullptr ? bias->at<const float>(&o) : nullptr,
                                  out_row);
             for (int64_t r = 0; r < 2; ++r) {
               const int64_t oh = 2 * ty + r;
@@ -295,10 +324,12 @@ const WinogradOps& avx512_ops() { return wino_avx512::make_ops(); }
 
 KernelFn winograd_kernel(const Graph& graph, const Node& node, Isa isa) {
   if (!eligible(graph, node)) return nullptr;
+  const bool five = graph.node(node.inputs[1]).shape[2] == 5;
 #if TESSERA_HAVE_AVX2_PATHS
-  if (isa >= Isa::Avx512) return conv2d_winograd<avx512_ops>;
-  if (isa == Isa::Avx2) return conv2d_winograd<avx2_ops>;
+  if (isa >= Isa::Avx512) return five ? conv2d_winograd<avx512_ops, 5> : conv2d_winograd<avx512_ops, 3>;
+  if (isa == Isa::Avx2) return five ? conv2d_winograd<avx2_ops, 5> : conv2d_winograd<avx2_ops, 3>;
 #endif
+  (void)five;
   (void)isa;
   return nullptr;
 }
@@ -306,8 +337,8 @@ KernelFn winograd_kernel(const Graph& graph, const Node& node, Isa isa) {
 int64_t winograd_scratch_bytes(const Graph& graph, const Node& node) {
   if (!eligible(graph, node)) return 0;
   const Geometry g = geometry_of(graph, node);
-  return scratch_take_bytes<float>(g.u_floats()) + scratch_take_bytes<float>(4 * g.channels * 2 * kPhaseLen) +
-         scratch_take_bytes<float>(16 * g.channels * kTiles) + scratch_take_bytes<float>(16 * kMaxOcb * kTiles) +
+  return scratch_take_bytes<float>(g.u_floats()) + scratch_take_bytes<float>(g.rows_floats()) +
+         scratch_take_bytes<float>(g.v_floats()) + scratch_take_bytes<float>(g.m_floats()) +
          scratch_take_bytes<float>(2 * 2 * kTiles);
 }
 
