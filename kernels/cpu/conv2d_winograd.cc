@@ -37,11 +37,11 @@ namespace tessera::cpu::conv {
 
 namespace {
 
-constexpr int64_t kTiles = 48;               // tiles per chunk: three AVX-512 vectors, six AVX2
-constexpr int64_t kPhaseLen = kTiles + 16;   // entries 0 .. kTiles of a phase, padded
+constexpr int64_t kTiles = 48;              // tiles per chunk: three AVX-512 vectors, six AVX2
+constexpr int64_t kPhaseLen = kTiles + 16;  // entries 0 .. kTiles of a phase, padded
 constexpr int64_t kMinChannels = 8;
-constexpr int64_t kMaxUFloats = 1 << 21;     // bounds U's scratch (8 MiB)
-constexpr int64_t kMaxOcb = 8;               // output channels per block, any instruction set
+constexpr int64_t kMaxUFloats = 1 << 21;  // bounds U's scratch (8 MiB)
+constexpr int64_t kMaxOcb = 8;            // output channels per block, any instruction set
 
 struct WinogradOps {
   int lanes = 8;
@@ -52,8 +52,8 @@ struct WinogradOps {
   void (*input_transform[2])(const float* const* rows, int64_t phase_len, int64_t vectors, float* v,
                              int64_t xi_stride) = {};
   // gemm[k - 1]: k vectors of tiles (gemm[2] takes gemm_vectors).
-  using GemmFn = void (*)(const float* u, int64_t u_stride, const float* v, int64_t v_stride, int64_t channels,
-                          float* m, int64_t m_stride);
+  using GemmFn = void (*)(const float* u, int64_t u_stride, const float* v, int64_t v_stride,
+                          int64_t channels, float* m, int64_t m_stride);
   GemmFn gemm[3] = {};
   void (*output_transform[2])(const float* m, int64_t xi_stride, int64_t vectors, const float* bias,
                               float* const* out) = {};
@@ -67,15 +67,32 @@ namespace wino_avx2 {
 namespace {
 
 using Vec = __m256;
-constexpr int kLanes = 8, kOcb = 6, kGemmVectors = 2;  // 6 x 2 accumulators, 2 inputs, a broadcast: 15 registers
-inline Vec zero() { return _mm256_setzero_ps(); }
-inline Vec load(const float* p) { return _mm256_loadu_ps(p); }
-inline void store(float* p, Vec v) { _mm256_storeu_ps(p, v); }
-inline Vec broadcast(const float* p) { return _mm256_broadcast_ss(p); }
-inline Vec set1(float x) { return _mm256_set1_ps(x); }
-inline Vec fma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
-inline Vec add(Vec a, Vec b) { return _mm256_add_ps(a, b); }
-inline Vec sub(Vec a, Vec b) { return _mm256_sub_ps(a, b); }
+constexpr int kLanes = 8, kOcb = 6,
+              kGemmVectors = 2;  // 6 x 2 accumulators, 2 inputs, a broadcast: 15 registers
+inline Vec zero() {
+  return _mm256_setzero_ps();
+}
+inline Vec load(const float* p) {
+  return _mm256_loadu_ps(p);
+}
+inline void store(float* p, Vec v) {
+  _mm256_storeu_ps(p, v);
+}
+inline Vec broadcast(const float* p) {
+  return _mm256_broadcast_ss(p);
+}
+inline Vec set1(float x) {
+  return _mm256_set1_ps(x);
+}
+inline Vec fma(Vec a, Vec b, Vec c) {
+  return _mm256_fmadd_ps(a, b, c);
+}
+inline Vec add(Vec a, Vec b) {
+  return _mm256_add_ps(a, b);
+}
+inline Vec sub(Vec a, Vec b) {
+  return _mm256_sub_ps(a, b);
+}
 // a0 b0 a1 b1 ... a7 b7 at p.
 inline void interleave(Vec a, Vec b, float* p) {
   const Vec lo = _mm256_unpacklo_ps(a, b), hi = _mm256_unpackhi_ps(a, b);
@@ -102,17 +119,34 @@ namespace {
 
 using Vec = __m512;
 constexpr int kLanes = 16, kOcb = 8, kGemmVectors = 3;  // 8 x 3 accumulators, 3 inputs, a broadcast
-inline Vec zero() { return _mm512_setzero_ps(); }
-inline Vec load(const float* p) { return _mm512_loadu_ps(p); }
-inline void store(float* p, Vec v) { _mm512_storeu_ps(p, v); }
-inline Vec broadcast(const float* p) { return _mm512_set1_ps(*p); }
-inline Vec set1(float x) { return _mm512_set1_ps(x); }
-inline Vec fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
-inline Vec add(Vec a, Vec b) { return _mm512_add_ps(a, b); }
-inline Vec sub(Vec a, Vec b) { return _mm512_sub_ps(a, b); }
+inline Vec zero() {
+  return _mm512_setzero_ps();
+}
+inline Vec load(const float* p) {
+  return _mm512_loadu_ps(p);
+}
+inline void store(float* p, Vec v) {
+  _mm512_storeu_ps(p, v);
+}
+inline Vec broadcast(const float* p) {
+  return _mm512_set1_ps(*p);
+}
+inline Vec set1(float x) {
+  return _mm512_set1_ps(x);
+}
+inline Vec fma(Vec a, Vec b, Vec c) {
+  return _mm512_fmadd_ps(a, b, c);
+}
+inline Vec add(Vec a, Vec b) {
+  return _mm512_add_ps(a, b);
+}
+inline Vec sub(Vec a, Vec b) {
+  return _mm512_sub_ps(a, b);
+}
 inline void interleave(Vec a, Vec b, float* p) {
   const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-  const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  const __m512i hi =
+      _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
   _mm512_storeu_ps(p, _mm512_permutex2var_ps(a, lo, b));
   _mm512_storeu_ps(p + 16, _mm512_permutex2var_ps(a, hi, b));
 }
@@ -138,8 +172,8 @@ struct Geometry {
   int64_t height = 0, width = 0, out_height = 0, out_width = 0;
   int64_t pad_h = 0, pad_w = 0;
   int64_t r = 3;
-  int64_t n() const { return r + 1; }      // a tile's input rows and columns
-  int64_t xis() const { return n() * n(); }  // products per tile and channel pair
+  int64_t n() const { return r + 1; }                          // a tile's input rows and columns
+  int64_t xis() const { return n() * n(); }                    // products per tile and channel pair
   int64_t u_stride() const { return out_channels + kMaxOcb; }  // U's floats per (xi, c)
   int64_t u_floats() const { return xis() * channels * u_stride(); }
   int64_t rows_floats() const { return n() * channels * 2 * kPhaseLen; }
@@ -161,9 +195,9 @@ bool eligible(const Graph& graph, const Node& node) {
     if (graph.node(in).dtype != DType::F32) return false;
   const Conv2dAttrs& a = node.attrs_as<Conv2dAttrs>();
   const Shape& w = graph.node(node.inputs[1]).shape;
-  return a.stride_h == 1 && a.stride_w == 1 && a.dilation_h == 1 && a.dilation_w == 1 && a.groups == 1 &&
-         (w[2] == 3 || w[2] == 5) && w[3] == w[2] && w[0] >= kMinChannels && w[1] >= kMinChannels &&
-         geometry_of(graph, node).u_floats() <= kMaxUFloats;
+  return a.stride_h == 1 && a.stride_w == 1 && a.dilation_h == 1 && a.dilation_w == 1 &&
+         a.groups == 1 && (w[2] == 3 || w[2] == 5) && w[3] == w[2] && w[0] >= kMinChannels &&
+         w[1] >= kMinChannels && geometry_of(graph, node).u_floats() <= kMaxUFloats;
 }
 
 // G of F(2, r) (rows: the points of apply_bt in conv2d_winograd.inc), r + 1 rows of r.
@@ -181,7 +215,8 @@ const double* g_matrix(int64_t r) {
 // U[xi][c][o] = (G f G^T)[xi / n][xi % n] of filter (o, c) (computed in double, rounded once), at
 // u + (xi * channels + c) * u_stride + o, for output channels [o_begin, o_end) (w's view may hold
 // only those); the other columns of u_stride are zero.
-void transform_weights(const Geometry& g, const TensorView& w, int64_t o_begin, int64_t o_end, float* u) {
+void transform_weights(const Geometry& g, const TensorView& w, int64_t o_begin, int64_t o_end,
+                       float* u) {
   std::fill(u, u + g.u_floats(), 0.0f);
   const int64_t r = g.r, n = g.n();
   const double* gm = g_matrix(r);
@@ -211,13 +246,16 @@ void transform_weights(const Geometry& g, const TensorView& w, int64_t o_begin, 
 // Packs input rows 2 ty - pad_h + r (r < n) of every channel of sample n for tiles
 // [tx0, tx0 + tiles) into rows + (r * channels + c) * 2 * kPhaseLen: phase p, entry e holds input
 // column 2 (tx0 + e) - pad_w + p, or zero where that lies outside the image or x's view.
-void pack_rows(const WinogradOps& ops, const Geometry& g, const KernelInput& x, int64_t n, int64_t ty,
-               int64_t tx0, int64_t tiles, float* rows) {
-  const int64_t row_lo = std::max<int64_t>(0, x.extent.begin(2)), row_hi = std::min(g.height, x.extent.end(2));
-  const int64_t first = 2 * tx0 - g.pad_w;  // the column of phase 0, entry 0: span column k is first + k
+void pack_rows(const WinogradOps& ops, const Geometry& g, const KernelInput& x, int64_t n,
+               int64_t ty, int64_t tx0, int64_t tiles, float* rows) {
+  const int64_t row_lo = std::max<int64_t>(0, x.extent.begin(2)),
+                row_hi = std::min(g.height, x.extent.end(2));
+  const int64_t first =
+      2 * tx0 - g.pad_w;  // the column of phase 0, entry 0: span column k is first + k
   // Span columns [k_lo, k_hi) exist and lie in x's view.
   const int64_t k_lo = std::max<int64_t>({0, -first, x.extent.begin(3) - first});
-  const int64_t k_hi = std::min<int64_t>({2 * tiles + g.r - 1, g.width - first, x.extent.end(3) - first});
+  const int64_t k_hi =
+      std::min<int64_t>({2 * tiles + g.r - 1, g.width - first, x.extent.end(3) - first});
   const int64_t step = x.strides[3];
   std::fill(rows, rows + g.rows_floats(), 0.0f);
   if (k_lo >= k_hi) return;
@@ -252,7 +290,8 @@ absl::Status conv2d_winograd(const KernelArgs& args) {
   const WinogradOps& ops = kOps();
   const KernelInput& x = args.inputs[0];
   const TensorView* bias = args.inputs.size() == 3 ? &args.inputs[2] : nullptr;
-  const Geometry g = geometry_of(x.shape, args.inputs[1].shape, args.node.shape, args.node.attrs_as<Conv2dAttrs>());
+  const Geometry g = geometry_of(x.shape, args.inputs[1].shape, args.node.shape,
+                                 args.node.attrs_as<Conv2dAttrs>());
   ScratchCarver carver(args.scratch);
   const float* u = static_cast<const float*>(args.node.prepared);
   if (u == nullptr) {
@@ -279,24 +318,27 @@ absl::Status conv2d_winograd(const KernelArgs& args) {
         pack_rows(ops, g, x, n, ty, tx0, tiles, rows);
         for (int64_t c = 0; c < g.channels; ++c) {
           const float* channel_rows[kN];
-          for (int64_t r = 0; r < kN; ++r) channel_rows[r] = rows + (r * g.channels + c) * 2 * kPhaseLen;
+          for (int64_t r = 0; r < kN; ++r)
+            channel_rows[r] = rows + (r * g.channels + c) * 2 * kPhaseLen;
           ops.input_transform[kR / 5](channel_rows, kPhaseLen, vectors, v + c * kTiles, xi_v);
         }
         // Output columns [ow_begin, ow_end) of these tiles are in the box.
-        const int64_t ow_begin = std::max(2 * tx0, box.begin(3)), ow_end = std::min(2 * (tx0 + tiles), box.end(3));
+        const int64_t ow_begin = std::max(2 * tx0, box.begin(3)),
+                      ow_end = std::min(2 * (tx0 + tiles), box.end(3));
         for (int64_t o0 = box.begin(1); o0 < box.end(1); o0 += ocb) {
           for (int64_t xi = 0; xi < kXis; ++xi) {
             for (int64_t k = 0; k < vectors;) {
               const int64_t count = std::min<int64_t>(ops.gemm_vectors, vectors - k);
-              ops.gemm[count - 1](u + xi * xi_u + o0, g.u_stride(), v + xi * xi_v + k * lanes, kTiles, g.channels,
-                                  m + xi * xi_m + k * lanes, kTiles);
+              ops.gemm[count - 1](u + xi * xi_u + o0, g.u_stride(), v + xi * xi_v + k * lanes,
+                                  kTiles, g.channels, m + xi * xi_m + k * lanes, kTiles);
               k += count;
             }
           }
           for (int64_t j = 0; j < ocb && o0 + j < box.end(1); ++j) {
             const int64_t o = o0 + j;
-            ops.output_transform[kR / 5](m + j * kTiles, xi_m, vectors, bias != nullptr ? bias->at<const float>(&o) : nullptr,
-                                 out_row);
+            ops.output_transform[kR / 5](m + j * kTiles, xi_m, vectors,
+                                         bias != nullptr ? bias->at<const float>(&o) : nullptr,
+                                         out_row);
             for (int64_t r = 0; r < 2; ++r) {
               const int64_t oh = 2 * ty + r;
               if (oh < box.begin(2) || oh >= box.end(2)) continue;
@@ -316,8 +358,12 @@ absl::Status conv2d_winograd(const KernelArgs& args) {
 }
 
 #if TESSERA_HAVE_AVX2_PATHS
-const WinogradOps& avx2_ops() { return wino_avx2::make_ops(); }
-const WinogradOps& avx512_ops() { return wino_avx512::make_ops(); }
+const WinogradOps& avx2_ops() {
+  return wino_avx2::make_ops();
+}
+const WinogradOps& avx512_ops() {
+  return wino_avx512::make_ops();
+}
 #endif
 
 }  // namespace
@@ -326,7 +372,8 @@ KernelFn winograd_kernel(const Graph& graph, const Node& node, Isa isa) {
   if (!eligible(graph, node)) return nullptr;
   const bool five = graph.node(node.inputs[1]).shape[2] == 5;
 #if TESSERA_HAVE_AVX2_PATHS
-  if (isa >= Isa::Avx512) return five ? conv2d_winograd<avx512_ops, 5> : conv2d_winograd<avx512_ops, 3>;
+  if (isa >= Isa::Avx512)
+    return five ? conv2d_winograd<avx512_ops, 5> : conv2d_winograd<avx512_ops, 3>;
   if (isa == Isa::Avx2) return five ? conv2d_winograd<avx2_ops, 5> : conv2d_winograd<avx2_ops, 3>;
 #endif
   (void)five;
@@ -345,7 +392,9 @@ int64_t winograd_scratch_bytes(const Graph& graph, const Node& node) {
 namespace {
 
 bool prepares(const Graph& graph, const Node& node, KernelFn kernel) {
-  if (kernel == nullptr || !eligible(graph, node) || graph.node(node.inputs[1]).kind != OpKind::Constant) return false;
+  if (kernel == nullptr || !eligible(graph, node) ||
+      graph.node(node.inputs[1]).kind != OpKind::Constant)
+    return false;
   for (Isa isa : {Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni, Isa::Amx})
     if (kernel == winograd_kernel(graph, node, isa)) return true;
   return false;
@@ -354,10 +403,13 @@ bool prepares(const Graph& graph, const Node& node, KernelFn kernel) {
 }  // namespace
 
 int64_t winograd_prepared_bytes(const Graph& graph, const Node& node, KernelFn kernel) {
-  return prepares(graph, node, kernel) ? geometry_of(graph, node).u_floats() * static_cast<int64_t>(sizeof(float)) : 0;
+  return prepares(graph, node, kernel)
+             ? geometry_of(graph, node).u_floats() * static_cast<int64_t>(sizeof(float))
+             : 0;
 }
 
-std::shared_ptr<const void> winograd_prepare(const Graph& graph, const Node& node, KernelFn kernel) {
+std::shared_ptr<const void> winograd_prepare(const Graph& graph, const Node& node,
+                                             KernelFn kernel) {
   if (!prepares(graph, node, kernel)) return nullptr;
   const Node& w = graph.node(node.inputs[1]);
   const void* data = graph.constant_data(w.constant).data;
@@ -365,7 +417,8 @@ std::shared_ptr<const void> winograd_prepare(const Graph& graph, const Node& nod
   const Geometry g = geometry_of(graph, node);
   std::shared_ptr<float[]> u(new (std::nothrow) float[static_cast<size_t>(g.u_floats())]);
   if (u == nullptr) return nullptr;  // the kernel transforms the weights itself
-  transform_weights(g, dense_view(const_cast<void*>(data), DType::F32, Box::full(w.shape)), 0, g.out_channels, u.get());
+  transform_weights(g, dense_view(const_cast<void*>(data), DType::F32, Box::full(w.shape)), 0,
+                    g.out_channels, u.get());
   return u;
 }
 

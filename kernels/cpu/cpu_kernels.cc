@@ -1,7 +1,5 @@
 #include "kernels/cpu/cpu_kernels.h"
 
-#include "kernels/cpu/conv2d_internal.h"
-
 #include <cstdlib>
 #include <cstring>
 #if defined(__x86_64__)
@@ -9,6 +7,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 #endif
+
+#include "kernels/cpu/conv2d_internal.h"
 
 namespace tessera::cpu {
 namespace {

@@ -103,22 +103,22 @@ std::vector<float> magnitudes(const OpFixture& f) {
   return result;
 }
 
-// 3x3 and 5x5 convs of stride 1 with at least 8 channels each way (the Winograd kernels'): odd sizes,
-// tile rows and columns cut by the image's edge, more than one 32-tile chunk per row, output
+// 3x3 and 5x5 convs of stride 1 with at least 8 channels each way (the Winograd kernels'): odd
+// sizes, tile rows and columns cut by the image's edge, more than one 32-tile chunk per row, output
 // channels off the 8- and 6-channel blocks, every padding the kernel can meet.
 std::vector<ConvCase> winograd_cases() {
   std::vector<ConvCase> cases = {
       {8, 8, 5, 7, 3, 3, params(1, 1)},
       {16, 19, 9, 33, 3, 3, params(1, 1)},
-      {9, 12, 12, 70, 3, 3, params(1, 1)},     // two chunks of tiles per row
-      {12, 10, 7, 131, 3, 3, params(1, 0)},    // no padding, three chunks
-      {10, 9, 6, 40, 3, 3, params(1, 2)},      // padding 2
-      {8, 8, 1, 1, 3, 3, params(1, 1)},        // one pixel
+      {9, 12, 12, 70, 3, 3, params(1, 1)},   // two chunks of tiles per row
+      {12, 10, 7, 131, 3, 3, params(1, 0)},  // no padding, three chunks
+      {10, 9, 6, 40, 3, 3, params(1, 2)},    // padding 2
+      {8, 8, 1, 1, 3, 3, params(1, 1)},      // one pixel
       {8, 16, 17, 16, 3, 3, params(1, 1), false},
-      {8, 9, 11, 37, 5, 5, params(1, 2)},      // 5x5, F(2x2, 5x5)
-      {10, 8, 6, 70, 5, 5, params(1, 0)},      // 5x5 without padding, two chunks
-      {9, 12, 7, 9, 5, 5, params(1, 1)},       // 5x5, padding 1
-      {11, 13, 5, 9, 3, 3, params(1, 1)},      // batch of 2 (the last case)
+      {8, 9, 11, 37, 5, 5, params(1, 2)},  // 5x5, F(2x2, 5x5)
+      {10, 8, 6, 70, 5, 5, params(1, 0)},  // 5x5 without padding, two chunks
+      {9, 12, 7, 9, 5, 5, params(1, 1)},   // 5x5, padding 1
+      {11, 13, 5, 9, 3, 3, params(1, 1)},  // batch of 2 (the last case)
   };
   ConvCase uneven{13, 8, 10, 21, 3, 3, params(1, 1)};
   uneven.params.pad_h = 0;
@@ -135,10 +135,13 @@ std::vector<float> winograd_magnitudes(const OpFixture& f) {
   for (size_t k = 0; k < views.size(); ++k) {
     TensorView& v = views[k];
     const int64_t count = v.extent.volume();
-    copies.emplace_back(static_cast<const float*>(v.data), static_cast<const float*>(v.data) + count);
+    copies.emplace_back(static_cast<const float*>(v.data),
+                        static_cast<const float*>(v.data) + count);
     for (float& x : copies.back()) x = std::fabs(x);
     if (k == 1)  // every tap of filter (o, c) becomes the sum of its nine magnitudes
-      for (size_t i = 0, taps = static_cast<size_t>(f.node().shape.size() == 4 ? v.extent.extent(2) * v.extent.extent(3) : 1);
+      for (size_t i = 0, taps = static_cast<size_t>(f.node().shape.size() == 4
+                                                        ? v.extent.extent(2) * v.extent.extent(3)
+                                                        : 1);
            i < copies.back().size(); i += taps) {
         float sum = 0;
         for (size_t t = 0; t < taps; ++t) sum += copies.back()[i + t];
@@ -149,7 +152,8 @@ std::vector<float> winograd_magnitudes(const OpFixture& f) {
   const Box full = Box::full(f.node().shape);
   std::vector<float> result(static_cast<size_t>(full.volume()));
   TensorView out = dense_view(result.data(), DType::F32, full);
-  REQUIRE(ref::reference_kernel(OpKind::Conv2d)(KernelCall{f.graph, f.node(), views, out, full}).ok());
+  REQUIRE(
+      ref::reference_kernel(OpKind::Conv2d)(KernelCall{f.graph, f.node(), views, out, full}).ok());
   return result;
 }
 
@@ -205,7 +209,9 @@ TEST_CASE("kernels: conv2d sub-boxes and partial strided input views give the fu
   }
 }
 
-TEST_CASE("kernels: 3x3 and 5x5 stride-1 conv2d of 8+ channels runs the Winograd kernel with AVX2 and AVX-512") {
+TEST_CASE(
+    "kernels: 3x3 and 5x5 stride-1 conv2d of 8+ channels runs the Winograd kernel with AVX2 and "
+    "AVX-512") {
   std::mt19937_64 rng(94);
   for (const ConvCase& c : winograd_cases()) {
     OpFixture f;
@@ -251,11 +257,15 @@ TEST_CASE("kernels: Winograd conv2d matches the reference within its accumulatio
     const double bound = (9.0 * static_cast<double>(c.channels) + 128) * 0x1p-24;
     for (cpu::Isa isa : kernel_testing::test_isas())
       if (isa != cpu::Isa::Portable)
-        kernel_testing::check_close(f, isa, [&](int64_t i, double) { return bound * sums[static_cast<size_t>(i)] + 1e-30; });
+        kernel_testing::check_close(f, isa, [&](int64_t i, double) {
+          return bound * sums[static_cast<size_t>(i)] + 1e-30;
+        });
   }
 }
 
-TEST_CASE("kernels: Winograd conv2d sub-boxes, partial strided views and prepared weights give the full box's bits") {
+TEST_CASE(
+    "kernels: Winograd conv2d sub-boxes, partial strided views and prepared weights give the full "
+    "box's bits") {
   const uint64_t seed = 96;
   std::mt19937_64 rng(seed);
   CAPTURE(seed);
@@ -284,7 +294,8 @@ TEST_CASE("kernels: Winograd conv2d sub-boxes, partial strided views and prepare
   Tensor x = Tensor{&g, g.node(f.out.id).inputs[0]}, b = Tensor{&g, g.node(f.out.id).inputs[2]};
   Tensor with_constant = conv2d(x, constant_w, b, c.params);
   const Node& node = g.node(with_constant.id);
-  std::vector<TensorView> views = {f.views[0], dense_view(weights.data(), DType::F32, Box::full(w_shape)), f.views[2]};
+  std::vector<TensorView> views = {
+      f.views[0], dense_view(weights.data(), DType::F32, Box::full(w_shape)), f.views[2]};
   const Box full = Box::full(node.shape);
   for (cpu::Isa isa : kernel_testing::test_isas()) {
     const KernelFn kernel = cpu::conv::winograd_kernel(g, node, isa);
@@ -295,8 +306,10 @@ TEST_CASE("kernels: Winograd conv2d sub-boxes, partial strided views and prepare
     const std::shared_ptr<const void> prepared = cpu::conv::winograd_prepare(g, node, kernel);
     REQUIRE(prepared != nullptr);
     std::vector<float> plain(static_cast<size_t>(full.volume())), fast(plain.size());
-    REQUIRE(kernel(KernelCall{g, node, views, dense_view(plain.data(), DType::F32, full), full}).ok());
-    const TensorView fast_view = dense_view(fast.data(), DType::F32, full);  // KernelArgs refers to it
+    REQUIRE(
+        kernel(KernelCall{g, node, views, dense_view(plain.data(), DType::F32, full), full}).ok());
+    const TensorView fast_view =
+        dense_view(fast.data(), DType::F32, full);  // KernelArgs refers to it
     KernelCall call{g, node, views, fast_view, full};
     REQUIRE(kernel(call.with_prepared(prepared.get())).ok());
     CHECK(std::memcmp(plain.data(), fast.data(), plain.size() * sizeof(float)) == 0);
@@ -306,7 +319,8 @@ TEST_CASE("kernels: Winograd conv2d sub-boxes, partial strided views and prepare
 
 TEST_CASE("kernels: conv2d with too little scratch is an error status") {
   std::mt19937_64 rng(93);
-  for (int64_t channels : {4, 8}) {  // the direct kernel, then the Winograd one (with AVX2 and AVX-512)
+  for (int64_t channels :
+       {4, 8}) {  // the direct kernel, then the Winograd one (with AVX2 and AVX-512)
     OpFixture f;
     build(f, {channels, channels, 6, 7, 3, 3, params(1, 1)}, 1, rng);
     const Box full = Box::full(f.node().shape);
@@ -315,7 +329,9 @@ TEST_CASE("kernels: conv2d with too little scratch is an error status") {
     std::vector<KernelInput> inputs;
     kernel_inputs(f.graph, f.node(), f.views, inputs);
     for (cpu::Isa isa : kernel_testing::test_isas())
-      CHECK_FALSE(f.optimised(isa)(KernelArgs{kernel_node(f.graph, f.node()), inputs, view, full, {}}).ok());
+      CHECK_FALSE(
+          f.optimised(isa)(KernelArgs{kernel_node(f.graph, f.node()), inputs, view, full, {}})
+              .ok());
   }
 }
 
