@@ -108,9 +108,11 @@ const char* isa_name(Isa isa) {
   return "?";
 }
 
-bool linear_int8_activations() {
+LinearPath linear_path() {
   const char* mode = std::getenv("TESSERA_LINEAR");
-  return mode != nullptr && std::strcmp(mode, "int8") == 0;
+  if (mode != nullptr && std::strcmp(mode, "int8") == 0) return LinearPath::Int8;
+  if (mode != nullptr && std::strcmp(mode, "f32") == 0) return LinearPath::F32;
+  return LinearPath::Int24;
 }
 
 KernelFn optimised_kernel_for(const Graph& graph, const Node& node, Isa isa) {

@@ -29,16 +29,22 @@ Isa detected_isa();
 bool isa_supported(Isa isa);
 const char* isa_name(Isa isa);
 
-// Whether linear on block-quantised weights quantises its activations to int8 and uses integer
-// dot products (linear_q8.h): only when TESSERA_LINEAR=int8 is set in the environment, read
-// whenever a kernel is chosen (so a process can choose per session). The f32 path (the default)
-// is the precise one: its only rounding is float arithmetic on the exactly dequantised weights.
-// The int8 path is faster (weights packed once into 16-row panels, integer dot products; README
-// gives its figures beside llama.cpp's) and as precise as llama.cpp's (top logits move by up
-// to ~1.1; near-ties flip: SmolLM2-135M's chat answer to "What is the capital of France?"
-// starts "L'Étoile" under it and under llama.cpp, "The capital of France is Paris" on the f32
-// path, which matches transformers), so it is opt-in.
-bool linear_int8_activations();
+// How linear on block-quantised weights treats its activations, from TESSERA_LINEAR in the
+// environment, read whenever a kernel is chosen (so a process can choose per session):
+// - Int24 (the default, or "int24"): every activation block scaled to 24 bits and split into
+//   three int8 digits, run through the integer kernels below as three rows and combined in
+//   float (linear_q8.h, digits_kernel): each activation is kept to 2^-23 of its block's largest
+//   magnitude, so results are as close to transformers' as the f32 path's (top logits within
+//   6e-5 on both models, like f32), at 2.5x the f32 path's decode speed.
+// - F32 ("f32"): its only rounding is float arithmetic on the exactly dequantised weights; the
+//   slowest (dequantising every weight to float is compute-bound).
+// - Int8 ("int8"): activations quantised to int8 blocks and integer dot products, weights packed
+//   once into 16-row panels. Fastest (README gives its figures beside llama.cpp's) and as
+//   precise as llama.cpp's (top logits move by up to ~1.1; near-ties flip: SmolLM2-135M's chat
+//   answer to "What is the capital of France?" starts "L'Étoile" under it and under llama.cpp,
+//   "The capital of France is Paris" on the two precise paths, as in transformers), so opt-in.
+enum class LinearPath { F32, Int8, Int24 };
+LinearPath linear_path();
 
 // The optimised kernel for this node, or nullptr when the reference kernel is used. Depends only
 // on the node, its input nodes and detected_isa(), never on the views or the box.
@@ -63,7 +69,7 @@ int64_t linear_prepared_bytes(const Graph& graph, const Node& node, KernelFn ker
 KernelFn matmul_kernel(const Graph& graph, const Node& node, Isa isa);     // matmul.cc
 KernelFn linear_kernel(const Graph& graph, const Node& node, Isa isa);     // linear.cc
 // Linear with the activation path chosen explicitly (tests and benchmarks).
-KernelFn linear_kernel_with(const Graph& graph, const Node& node, Isa isa, bool int8_activations);
+KernelFn linear_kernel_with(const Graph& graph, const Node& node, Isa isa, LinearPath path);
 KernelFn attention_kernel(const Graph& graph, const Node& node, Isa isa);  // attention.cc
 KernelFn unary_kernel(const Graph& graph, const Node& node, Isa isa);      // elementwise.cc
 KernelFn binary_kernel(const Graph& graph, const Node& node, Isa isa);     // elementwise.cc

@@ -346,7 +346,7 @@ int64_t linear_scratch_bytes(const Graph& graph, const Node& node, bool dense_vi
   const Node& w = graph.node(node.inputs[1]);
   if (w.shape.size() != 2) return 0;
   const int64_t rows = node.shape.empty() ? 1 : shape_volume(node.shape) / std::max<int64_t>(node.shape.back(), 1);
-  const int64_t int8_path = q8::scratch_bytes(w.dtype, w.shape[1], rows);
+  const int64_t int8_path = q8::scratch_bytes(w.dtype, w.shape[1], 3 * rows);  // int24: three digit rows per row
   return std::max(int8_path, dense_views ? 0 : scratch_take_bytes<float>(kTileRows * w.shape[1]));
 }
 
@@ -358,7 +358,7 @@ const Node* packable_weight(const Graph& graph, const Node& node, KernelFn kerne
   const Node& w = graph.node(node.inputs[1]);
   if (w.kind != OpKind::Constant || w.shape.size() != 2 || q8::activation_block(w.dtype) == 0) return nullptr;
   for (Isa isa : {Isa::Portable, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni, Isa::Amx})
-    if (kernel == q8::kernel(w.dtype, isa)) return &w;
+    if (kernel == q8::kernel(w.dtype, isa) || kernel == q8::digits_kernel(w.dtype, isa)) return &w;
   return nullptr;
 }
 
@@ -396,17 +396,18 @@ std::shared_ptr<const void> linear_prepare_data(const Graph& graph, const Node& 
 }
 
 KernelFn linear_kernel(const Graph& graph, const Node& node, Isa isa) {
-  return linear_kernel_with(graph, node, isa, linear_int8_activations());
+  return linear_kernel_with(graph, node, isa, linear_path());
 }
 
-KernelFn linear_kernel_with(const Graph& graph, const Node& node, Isa isa, bool int8_activations) {
+KernelFn linear_kernel_with(const Graph& graph, const Node& node, Isa isa, LinearPath path) {
   const Node& x = graph.node(node.inputs[0]);
   const Node& w = graph.node(node.inputs[1]);
   if (node.dtype != DType::F32 || x.dtype != DType::F32) return nullptr;
   if (quant::block_dequantizer(w.dtype) == nullptr) return nullptr;
   if (w.shape[1] % dtype_block_size(w.dtype) != 0) return nullptr;  // whole blocks only
   const int64_t activation_block = q8::activation_block(w.dtype);
-  if (int8_activations && activation_block != 0 && w.shape[1] % activation_block == 0) return q8::kernel(w.dtype, isa);
+  if (path != LinearPath::F32 && activation_block != 0 && w.shape[1] % activation_block == 0)
+    return path == LinearPath::Int8 ? q8::kernel(w.dtype, isa) : q8::digits_kernel(w.dtype, isa);
 #if TESSERA_HAVE_AVX2_PATHS
   if (isa >= Isa::Avx512)
     return select_decoder<avx512::Decoder>(w.dtype, [](auto decoder) -> KernelFn {

@@ -58,6 +58,64 @@ void quantize_row_portable(const float* x, int64_t step, const RowLayout& layout
   }
 }
 
+namespace {
+
+// v = 255 q + r with r in [-127, 127]: q from the float quotient (exact operands: |v| < 2^24),
+// rounded to nearest even, then r brought into range (the vector twin does the same steps).
+inline int32_t split255(int32_t v, int32_t& r) {
+  int32_t q = static_cast<int32_t>(std::nearbyint(static_cast<float>(v) / 255.0f));
+  r = v - 255 * q;
+  if (r > 127) r -= 255, ++q;
+  if (r < -127) r += 255, --q;
+  return q;
+}
+
+}  // namespace
+
+void quantize_digits(const float* x, int64_t step, const RowLayout& layout, std::byte* const dst[3]) {
+  int8_t* q[3];
+  float* d[3];
+  int32_t *sums[3], *sums16[3];
+  float* scaled_sums[3];
+  for (int i = 0; i < 3; ++i) {
+    q[i] = reinterpret_cast<int8_t*>(dst[i]);
+    d[i] = reinterpret_cast<float*>(dst[i] + layout.d_offset);
+    sums[i] = reinterpret_cast<int32_t*>(dst[i] + layout.sums_offset);
+    sums16[i] = reinterpret_cast<int32_t*>(dst[i] + layout.sums16_offset);
+    scaled_sums[i] = reinterpret_cast<float*>(dst[i] + layout.scaled_sums_offset);
+  }
+  const float range = static_cast<float>(kDigitRange);
+  for (int64_t k0 = 0; k0 < layout.depth; k0 += layout.block) {
+    float a = 0.0f;
+    for (int64_t k = k0; k < k0 + layout.block; ++k) a = std::max(a, std::fabs(x[k * step]));
+    const float s = a / range, inverse = a != 0.0f ? range / a : 0.0f;
+    d[0][k0 / layout.block] = s * 65025.0f;
+    d[1][k0 / layout.block] = s * 255.0f;
+    d[2][k0 / layout.block] = s;
+    for (int64_t k = k0; k < k0 + layout.block; k += 16) {
+      int32_t total[3] = {};
+      for (int64_t e = k; e < k + 16; ++e) {
+        const float scaled = std::min(std::max(x[e * step] * inverse, -range), range);
+        int32_t low = 0, middle = 0;
+        const int32_t rest = split255(static_cast<int32_t>(std::nearbyint(scaled)), low);
+        const int32_t high = split255(rest, middle);
+        q[0][e] = static_cast<int8_t>(high);
+        q[1][e] = static_cast<int8_t>(middle);
+        q[2][e] = static_cast<int8_t>(low);
+        total[0] += high;
+        total[1] += middle;
+        total[2] += low;
+      }
+      for (int i = 0; i < 3; ++i) sums16[i][k / 16] = total[i];
+    }
+    for (int i = 0; i < 3; ++i)
+      for (int64_t k = k0; k < k0 + layout.block; k += 32) {
+        sums[i][k / 32] = sums16[i][k / 16] + sums16[i][k / 16 + 1];
+        scaled_sums[i][k / 32] = d[i][k0 / layout.block] * static_cast<float>(sums[i][k / 32]);
+      }
+  }
+}
+
 // ---- portable: the same integers and float operations, one output element at a time --------
 
 namespace {
@@ -348,12 +406,16 @@ namespace {
 using MicroFn = void (*)(const Quad& quad, int first, int count, const QRow* x, int rows, int64_t blocks, float* out,
                          uint8_t* work);
 using QuantizeFn = void (*)(const float* x, int64_t step, const RowLayout& layout, std::byte* dst);
+using DigitsFn = void (*)(const float* x, int64_t step, const RowLayout& layout, std::byte* const dst[3]);
 
 // Scratch for the panels of one quad (packed there when the backend prepared none).
 int64_t group_bytes(DType dtype, int64_t depth) { return quad_bytes(dtype, kQuadPanels, depth); }
 
-template <DType kType, MicroFn kMicro, QuantizeFn kQuantize>
+// kDigitsQuantize: nullptr for int8 activations (kQuantize), else the split of 24-bit activations
+// into three digit rows (quantize_digits or its vector twin; kQuantize unused).
+template <DType kType, MicroFn kMicro, QuantizeFn kQuantize, DigitsFn kDigitsQuantize = nullptr>
 absl::Status linear_q8(const KernelArgs& args) {
+  constexpr int kDigits = kDigitsQuantize == nullptr ? 1 : 3;
   const Box& box = args.box;
   if (box.empty()) return absl::OkStatus();
   const KernelInput& x = args.inputs[0];
@@ -372,10 +434,12 @@ absl::Status linear_q8(const KernelArgs& args) {
   const auto* packed = static_cast<const uint8_t*>(args.node.prepared);
   const RowLayout layout(depth, activation_block(kType));
   ScratchCarver carver(args.scratch);
-  std::byte* quantised = carver.take<std::byte>(std::min(kChunkRows, rows.count()) * layout.row_bytes);
+  constexpr int64_t kChunk = kChunkRows / kDigits;  // x rows quantised at a time
+  const int64_t q_rows = std::min(kChunk, rows.count()) * kDigits;
+  std::byte* quantised = carver.take<std::byte>(q_rows * layout.row_bytes);
   uint8_t* own_panels = packed == nullptr ? carver.take<uint8_t>(group_bytes(kType, depth)) : nullptr;
-  uint8_t* work = rows.count() >= kAmxMinRows ? carver.take<uint8_t>(amx_work_bytes(kType, depth)) : nullptr;
-  if (quantised == nullptr || (packed == nullptr && own_panels == nullptr) || (rows.count() >= kAmxMinRows && work == nullptr))
+  uint8_t* work = q_rows >= kAmxMinRows ? carver.take<uint8_t>(amx_work_bytes(kType, depth)) : nullptr;
+  if (quantised == nullptr || (packed == nullptr && own_panels == nullptr) || (q_rows >= kAmxMinRows && work == nullptr))
     return absl::InternalError("[linear] kernel scratch too small for quantised rows");
   const int64_t x_step = x.strides[last];
   const TensorView& out = args.out;
@@ -384,14 +448,19 @@ absl::Status linear_q8(const KernelArgs& args) {
   alignas(64) float results[kChunkRows * kPanelRows * kQuadPanels];
   QRow q[kChunkRows];
   const int64_t last_panel = (n_end + kPanelRows - 1) / kPanelRows;
-  for (int64_t c0 = 0; c0 < rows.count(); c0 += kChunkRows) {
-    const int chunk = static_cast<int>(std::min(kChunkRows, rows.count() - c0));
+  for (int64_t c0 = 0; c0 < rows.count(); c0 += kChunk) {
+    const int chunk = static_cast<int>(std::min(kChunk, rows.count() - c0));
     for (int r = 0; r < chunk; ++r) {
       rows.index(c0 + r, index);
       index[last] = 0;
-      std::byte* dst = quantised + r * layout.row_bytes;
-      kQuantize(x.at<const float>(index), x_step, layout, dst);
-      q[r] = qrow(dst, layout);
+      std::byte* dst = quantised + r * kDigits * layout.row_bytes;
+      if constexpr (kDigits == 1) {
+        kQuantize(x.at<const float>(index), x_step, layout, dst);
+      } else {
+        std::byte* const digit_rows[3] = {dst, dst + layout.row_bytes, dst + 2 * layout.row_bytes};
+        kDigitsQuantize(x.at<const float>(index), x_step, layout, digit_rows);
+      }
+      for (int i = 0; i < kDigits; ++i) q[r * kDigits + i] = qrow(dst + i * layout.row_bytes, layout);
     }
     // The box's part of each quad.
     for (int64_t p = n_begin / kPanelRows; p < last_panel;) {
@@ -416,9 +485,17 @@ absl::Status linear_q8(const KernelArgs& args) {
         base = own_panels;
       }
       const Quad view = quad_view(kType, base, quad_panels);
-      kMicro(view, first, count, q, chunk, blocks, results, work);
+      kMicro(view, first, count, q, chunk * kDigits, blocks, results, work);
       const int64_t width = count * kPanelRows;
       const int64_t j0 = std::max(n_begin, p0), j1 = std::min(n_end, p0 + width);
+      if constexpr (kDigits == 3) {  // row r's digits' outputs: (low + middle) + high, into the first
+        for (int r = 0; r < chunk; ++r) {
+          float* high = results + 3 * r * width;
+          const float *middle = high + width, *low = middle + width;
+          float* combined = results + r * width;  // rows before r are combined already
+          for (int64_t j = 0; j < width; ++j) combined[j] = (low[j] + middle[j]) + high[j];
+        }
+      }
       for (int r = 0; r < chunk; ++r) {
         rows.index(c0 + r, index);
         index[last] = j0;
@@ -447,30 +524,60 @@ KernelFn kernel_for(Isa isa) {
   return linear_q8<kType, micro_portable<kType>, quantize_row_portable>;
 }
 
-}  // namespace
+template <DType kType>
+KernelFn digits_kernel_for(Isa isa) {
+#if TESSERA_HAVE_AVX2_PATHS
+  if constexpr (amx_tiles(kType)) {
+    if (isa == Isa::Amx)
+      return linear_q8<kType, amx_path::micro<kType>, vnni_path::quantize_row, vnni_path::quantize_digits_simd>;
+  }
+  if (isa >= Isa::Avx512Vnni)
+    return linear_q8<kType, vnni_path::micro<kType>, vnni_path::quantize_row, vnni_path::quantize_digits_simd>;
+  if (isa != Isa::Portable)
+    return linear_q8<kType, avx2_path::micro<kType>, avx2_path::quantize_row, avx2_path::quantize_digits_simd>;
+#endif
+  (void)isa;
+  return linear_q8<kType, micro_portable<kType>, quantize_row_portable, quantize_digits>;
+}
 
-KernelFn kernel(DType dtype, Isa isa) {
+// kernel_for or digits_kernel_for of `dtype`.
+template <template <DType> class Pick>
+KernelFn pick(DType dtype, Isa isa) {
   switch (dtype) {
     case DType::Q8_0:
-      return kernel_for<DType::Q8_0>(isa);
+      return Pick<DType::Q8_0>::fn(isa);
     case DType::Q4_0:
-      return kernel_for<DType::Q4_0>(isa);
+      return Pick<DType::Q4_0>::fn(isa);
     case DType::Q4_1:
-      return kernel_for<DType::Q4_1>(isa);
+      return Pick<DType::Q4_1>::fn(isa);
     case DType::Q5_0:
-      return kernel_for<DType::Q5_0>(isa);
+      return Pick<DType::Q5_0>::fn(isa);
     case DType::Q5_1:
-      return kernel_for<DType::Q5_1>(isa);
+      return Pick<DType::Q5_1>::fn(isa);
     case DType::Q4_K:
-      return kernel_for<DType::Q4_K>(isa);
+      return Pick<DType::Q4_K>::fn(isa);
     case DType::Q5_K:
-      return kernel_for<DType::Q5_K>(isa);
+      return Pick<DType::Q5_K>::fn(isa);
     case DType::Q6_K:
-      return kernel_for<DType::Q6_K>(isa);
+      return Pick<DType::Q6_K>::fn(isa);
     default:
       return nullptr;
   }
 }
+template <DType kType>
+struct Int8Kernel {
+  static KernelFn fn(Isa isa) { return kernel_for<kType>(isa); }
+};
+template <DType kType>
+struct DigitsKernel {
+  static KernelFn fn(Isa isa) { return digits_kernel_for<kType>(isa); }
+};
+
+}  // namespace
+
+KernelFn kernel(DType dtype, Isa isa) { return pick<Int8Kernel>(dtype, isa); }
+
+KernelFn digits_kernel(DType dtype, Isa isa) { return pick<DigitsKernel>(dtype, isa); }
 
 int64_t amx_tile_calls() {
 #if TESSERA_HAVE_AVX2_PATHS

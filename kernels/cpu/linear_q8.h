@@ -27,8 +27,8 @@
 // The portable, AVX2 and AVX-512 VNNI paths compute the same integers and the same float
 // operations, so they agree bit for bit, and no box, tile, panel or thread count changes a value.
 // The results differ from the f32-activation path (the activations are rounded to 8 bits), so
-// the path is opt-in: TESSERA_LINEAR=int8 in the environment (see linear_int8_activations in
-// cpu_kernels.h). Precision: on real inputs each linear's outputs equal the scheme evaluated
+// the path is opt-in: TESSERA_LINEAR=int8 in the environment (see LinearPath in cpu_kernels.h);
+// the default runs the same kernels on 24-bit activations (digits_kernel, below). Int8 precision: on real inputs each linear's outputs equal the scheme evaluated
 // exactly to ~1e-7 (relative RMS) and differ from f32 activations by ~0.4-1% (V projections up to
 // ~2.7%), as llama.cpp's q8_0/q8_1 activations do; through 30 layers SmolLM2-135M's top logits
 // move by up to ~0.7 and Gemma-3-270M's (18 layers, larger activations) by up to ~1.1, mostly a
@@ -227,7 +227,18 @@ int64_t amx_tile_calls();
 
 // The kernel for weights of `dtype` (activation_block(dtype) != 0) on `isa`.
 KernelFn kernel(DType dtype, Isa isa);
-// Scratch bytes of one call for weights of `dtype`, depth K and at most `rows` x rows.
+// The same kernels with 24-bit activations (LinearPath::Int24): per activation block, X =
+// round(x * (kDigitRange / amax)), |X| <= kDigitRange, written as X = 65025 h + 255 m + l with
+// digits h, m, l in [-127, 127] (base 255: the AVX2 path's byte products need |x| <= 127, as the
+// int8 path's rows have); each digit is a quantised row of its own (scales 65025 s, 255 s and s,
+// s = amax / kDigitRange) through the same integer sums and float sequence as an int8 row, and
+// the output is (out_l + out_m) + out_h. quantize_digits and its vector twin give the same bytes,
+// so every ISA gives the same bits, as the int8 path does.
+constexpr int64_t kDigitRange = 127 * 65025 + 127 * 255 + 127;
+KernelFn digits_kernel(DType dtype, Isa isa);
+void quantize_digits(const float* x, int64_t step, const RowLayout& layout, std::byte* const dst[3]);
+// Scratch bytes of one call for weights of `dtype`, depth K and at most `rows` x rows (quantised
+// rows: three per x row for digits_kernel).
 int64_t scratch_bytes(DType dtype, int64_t depth, int64_t rows);
 
 }  // namespace tessera::cpu::q8

@@ -1,5 +1,6 @@
-// The integer linear path (kernels/cpu/linear_q8.h): int8 activations against every weight
-// dtype it covers, on every instruction set this CPU has, including AVX-512 VNNI.
+// The integer linear path (kernels/cpu/linear_q8.h): int8 activations, and 24-bit activations as
+// three int8 digits (LinearPath::Int24), against every weight dtype it covers, on every
+// instruction set this CPU has, including AVX-512 VNNI.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -36,13 +37,19 @@ struct Case {
   Shape x_shape;
   int64_t n = 0, k = 0;
   DType dtype = DType::Q8_0;
+  cpu::LinearPath path = cpu::LinearPath::Int8;
 
   int64_t rows() const { return shape_volume(x_shape) / k; }
   const float* x() const { return reinterpret_cast<const float*>(f.buffers[0].data()); }
-  KernelFn kernel(cpu::Isa isa) const { return cpu::linear_kernel_with(f.graph, f.node(), isa, true); }
+  KernelFn kernel(cpu::Isa isa) const { return cpu::linear_kernel_with(f.graph, f.node(), isa, path); }
 };
 
-void build(Case& c, DType dtype, const Shape& x_shape, int64_t n, std::mt19937_64& rng) {
+constexpr cpu::LinearPath kPaths[] = {cpu::LinearPath::Int8, cpu::LinearPath::Int24};
+const char* path_name(cpu::LinearPath path) { return path == cpu::LinearPath::Int8 ? "int8" : "int24"; }
+
+void build(Case& c, DType dtype, const Shape& x_shape, int64_t n, std::mt19937_64& rng,
+           cpu::LinearPath path = cpu::LinearPath::Int8) {
+  c.path = path;
   c.dtype = dtype;
   c.x_shape = x_shape;
   c.k = x_shape.back();
@@ -54,7 +61,8 @@ void build(Case& c, DType dtype, const Shape& x_shape, int64_t n, std::mt19937_6
   c.f.prepare(rng, {testing::ValueRange{-1.0, 1.0}});
 }
 
-// Bound on |int8 path - reference| per output element. Quantising x block by block moves each
+// Bound on |int8 path - reference| per output element (int24: d_x = amax / kDigitRange, and
+// the three digit rows' float roundings fit the same term). Quantising x block by block moves each
 // x_k by at most half a step d_x = amax / 127 (plus a rounding of x * (127 / amax)), so the dot
 // product moves by at most sum_k |w_k| (d_x / 2 (1 + 2^-20) + 2^-22 |x_k|). On top come float
 // roundings of both computations (the scales' products, the lanes' sums, the reference's own
@@ -72,7 +80,8 @@ std::vector<double> tolerances(const Case& c) {
     for (int64_t k0 = 0; k0 < c.k; k0 += a) {
       double amax = 0;
       for (int64_t k = k0; k < k0 + a; ++k) amax = std::max(amax, std::fabs(double{x[k]}));
-      for (int64_t k = k0; k < k0 + a; ++k) step[static_cast<size_t>(k)] = amax / 127;
+      const double levels = c.path == cpu::LinearPath::Int8 ? 127 : static_cast<double>(cpu::q8::kDigitRange);
+      for (int64_t k = k0; k < k0 + a; ++k) step[static_cast<size_t>(k)] = amax / levels;
     }
     for (int64_t j = 0; j < c.n; ++j) {
       const float* wj = w.data() + j * c.k;
@@ -123,20 +132,82 @@ TEST_CASE("kernels: linear_q8 is chosen for the covered dtypes when TESSERA_LINE
     for (cpu::Isa isa : all_isas()) {
       CHECK(static_cast<bool>(c.kernel(isa)));
       CHECK(bool(c.kernel(isa) == cpu::q8::kernel(dtype, isa)));
-      CHECK(bool(cpu::linear_kernel_with(c.f.graph, c.f.node(), isa, false) != cpu::q8::kernel(dtype, isa)));
+      CHECK(bool(cpu::linear_kernel_with(c.f.graph, c.f.node(), isa, cpu::LinearPath::F32) != cpu::q8::kernel(dtype, isa)));
     }
   }
   for (DType plain : {DType::F32, DType::F16, DType::BF16}) CHECK(cpu::q8::activation_block(plain) == 0);
 }
 
+TEST_CASE("kernels: TESSERA_LINEAR picks the f32, int8 or (by default) int24 path for the covered dtypes") {
+  std::mt19937_64 rng(29);
+  for (DType dtype : kCovered) {
+    Case c;
+    build(c, dtype, {2, 256}, 3, rng);
+    for (cpu::Isa isa : all_isas()) {
+      const KernelFn int8 = cpu::q8::kernel(dtype, isa), int24 = cpu::q8::digits_kernel(dtype, isa);
+      CHECK(bool(int8 != nullptr));
+      CHECK(bool(int24 != nullptr));
+      CHECK(bool(int8 != int24));
+      for (const char* mode : {"f32", "int8", "int24", "", "other"}) {
+        const testing::ScopedEnv env("TESSERA_LINEAR", mode);
+        const KernelFn chosen = cpu::optimised_kernel_for(c.f.graph, c.f.node(), isa);
+        const KernelFn want = std::string(mode) == "int8" ? int8 : std::string(mode) == "f32" ? nullptr : int24;
+        if (want != nullptr) CHECK(bool(chosen == want));
+        else CHECK(bool(chosen != int8 && chosen != int24 && chosen != nullptr));
+      }
+    }
+  }
+}
+
+// The 24-bit split: X = round(x * (kDigitRange / amax)) is 65025 h + 255 m + l exactly, with
+// every digit in [-127, 127], and s X is within half a step s = amax / kDigitRange of x (plus float
+// rounding); the digit rows' scales and sums.
+TEST_CASE("kernels: int24 activations are three int8 digits of x to within half a step of amax / kDigitRange") {
+  std::mt19937_64 rng(28);
+  std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+  for (int64_t block : {32, 256}) {
+    const cpu::q8::RowLayout layout(1024, block);
+    std::vector<float> x(1024);
+    for (float& v : x) v = u(rng);
+    x[5] = 0.0f;
+    std::fill(x.begin() + 512, x.begin() + 512 + block, 0.0f);  // a block of zeros: scale 0
+    x[700] = 4000.0f;                                           // an outlier
+    std::vector<std::byte> storage(static_cast<size_t>(3 * layout.row_bytes));
+    std::byte* const rows[3] = {storage.data(), storage.data() + layout.row_bytes, storage.data() + 2 * layout.row_bytes};
+    cpu::q8::quantize_digits(x.data(), 1, layout, rows);
+    const cpu::q8::QRow h = cpu::q8::qrow(rows[0], layout), m = cpu::q8::qrow(rows[1], layout), l = cpu::q8::qrow(rows[2], layout);
+    for (int64_t i = 0; i < 1024; ++i) {
+      const int64_t b = i / block;
+      const double s = l.d[b];
+      CHECK(h.d[b] == static_cast<float>(l.d[b] * 65025.0f));
+      CHECK(m.d[b] == static_cast<float>(l.d[b] * 255.0f));
+      CHECK(std::max({std::abs(int{h.q[i]}), std::abs(int{m.q[i]}), std::abs(int{l.q[i]})}) <= 127);
+      const double value = 65025.0 * h.q[i] + 255.0 * m.q[i] + l.q[i];
+      CHECK(std::fabs(value) <= static_cast<double>(cpu::q8::kDigitRange));
+      // Half a step, plus the float roundings of x * (kDigitRange / amax) near 2^23 (the int8
+      // bound's form).
+      const double xi = x[static_cast<size_t>(i)];
+      CHECK(std::fabs(value * s - xi) <= s / 2 * (1 + 0x1p-20) + 0x1p-22 * std::fabs(xi));
+    }
+    for (const cpu::q8::QRow* q : {&h, &m, &l}) {
+      int32_t total = 0;
+      for (int64_t i = 0; i < 32; ++i) total += q->q[i];
+      CHECK(total == q->sums[0]);
+    }
+  }
+}
+
 TEST_CASE("kernels: linear_q8 is within the quantisation bound and bitwise equal on every ISA") {
   const uint64_t seed = 31;
   std::mt19937_64 rng(seed);
+  for (cpu::LinearPath path : kPaths)
   for (DType dtype : kCovered) {
     for (int trial = 0; trial < 5; ++trial) {
       Case c;
       const int64_t k = random_k(rng, dtype);
-      build(c, dtype, random_x_shape(rng, k), static_cast<int64_t>(rng() % 40) + 1, rng);
+      build(c, dtype, random_x_shape(rng, k), static_cast<int64_t>(rng() % 40) + 1, rng, path);
+      const std::string path_label = path_name(path);
+      CAPTURE(path_label);
       CAPTURE(seed);
       CAPTURE(trial);
       CAPTURE(std::string(dtype_name(dtype)));
@@ -148,7 +219,7 @@ TEST_CASE("kernels: linear_q8 is within the quantisation bound and bitwise equal
       const std::vector<double> tol = tolerances(c);
       for (size_t i = 0; i < ref.size(); ++i)
         if (!(std::fabs(double{portable[i]} - ref[i]) <= tol[i]))
-          FAIL("element ", i, ": int8 path ", portable[i], " vs reference ", ref[i], " (bound ", tol[i], ")");
+          FAIL("element ", i, ": integer path ", portable[i], " vs reference ", ref[i], " (bound ", tol[i], ")");
       for (cpu::Isa isa : all_isas()) {
         const std::string isa_label = cpu::isa_name(isa);
         CAPTURE(isa_label);
@@ -161,11 +232,14 @@ TEST_CASE("kernels: linear_q8 is within the quantisation bound and bitwise equal
 TEST_CASE("kernels: linear_q8 sub-boxes are bitwise equal to the full box") {
   const uint64_t seed = 32;
   std::mt19937_64 rng(seed);
+  for (cpu::LinearPath path : kPaths)
   for (DType dtype : kCovered) {
     for (int trial = 0; trial < 3; ++trial) {
       Case c;
       // Widths up to 70 cross the 16-column items and the 4- and 2-column tiles.
-      build(c, dtype, random_x_shape(rng, random_k(rng, dtype)), static_cast<int64_t>(rng() % 70) + 1, rng);
+      build(c, dtype, random_x_shape(rng, random_k(rng, dtype)), static_cast<int64_t>(rng() % 70) + 1, rng, path);
+      const std::string path_label = path_name(path);
+      CAPTURE(path_label);
       CAPTURE(seed);
       CAPTURE(trial);
       CAPTURE(std::string(dtype_name(dtype)));
@@ -176,11 +250,14 @@ TEST_CASE("kernels: linear_q8 sub-boxes are bitwise equal to the full box") {
 }
 
 TEST_CASE("kernels: linear_q8 gives the same bits for one row and for chunks of many rows") {
-  // 150 rows cross the 64-row quantisation chunks and the 4-row tiles.
+  // 150 rows cross the quantisation chunks (64 rows, 21 for int24) and the 4-row tiles.
   std::mt19937_64 rng(33);
+  for (cpu::LinearPath path : kPaths)
   for (DType dtype : kCovered) {
     Case c;
-    build(c, dtype, {150, 512}, 37, rng);
+    build(c, dtype, {150, 512}, 37, rng, path);
+    const std::string path_label = path_name(path);
+      CAPTURE(path_label);
     CAPTURE(std::string(dtype_name(dtype)));
     for (cpu::Isa isa : all_isas()) {
       const KernelFn fast = c.kernel(isa);
@@ -200,11 +277,14 @@ TEST_CASE("kernels: linear_q8 one-row decode equals the portable path for any bl
   // One x row takes the four-panel body (64 columns); 1 to 9 blocks and widths that are not a
   // multiple of a panel.
   std::mt19937_64 rng(36);
+  for (cpu::LinearPath path : kPaths)
   for (DType dtype : kCovered) {
     const int64_t block = cpu::q8::activation_block(dtype);
     for (int64_t blocks = 1; blocks <= (block == 32 ? 9 : 3); ++blocks) {
       Case c;
-      build(c, dtype, {1, blocks * block}, static_cast<int64_t>(rng() % 23) + 1, rng);
+      build(c, dtype, {1, blocks * block}, static_cast<int64_t>(rng() % 23) + 1, rng, path);
+      const std::string path_label = path_name(path);
+      CAPTURE(path_label);
       CAPTURE(std::string(dtype_name(dtype)));
       CAPTURE(blocks);
       const Box full = Box::full(c.f.node().shape);
@@ -220,10 +300,13 @@ TEST_CASE("kernels: linear_q8 one-row decode equals the portable path for any bl
 
 TEST_CASE("kernels: linear_q8 reads a strided x like a contiguous one, and zero rows give zeros") {
   std::mt19937_64 rng(34);
+  for (cpu::LinearPath path : kPaths)
   for (DType dtype : kCovered) {
     Case c;
     const int64_t m = 5, k = 512;
-    build(c, dtype, {m, k}, 9, rng);
+    build(c, dtype, {m, k}, 9, rng, path);
+    const std::string path_label = path_name(path);
+      CAPTURE(path_label);
     auto* x = reinterpret_cast<float*>(c.f.buffers[0].data());
     std::fill(x + 2 * k, x + 3 * k, 0.0f);  // row 2: amax 0
     CAPTURE(std::string(dtype_name(dtype)));
@@ -331,9 +414,12 @@ TEST_CASE("kernels: linear_q8 with the backend's packed weight equals panels pac
   // packs each panel into its scratch. Both read the same panel bytes: the same bits, for any box.
   const testing::ScopedEnv int8("TESSERA_LINEAR", "int8");
   std::mt19937_64 rng(37);
+  for (cpu::LinearPath path : kPaths)
   for (DType dtype : kCovered) {
     Case c;
-    build(c, dtype, {5, 2 * cpu::q8::activation_block(dtype)}, 83, rng);  // 83: a partial last panel
+    build(c, dtype, {5, 2 * cpu::q8::activation_block(dtype)}, 83, rng, path);  // 83: a partial last panel
+    const std::string path_label = path_name(path);
+      CAPTURE(path_label);
     CAPTURE(std::string(dtype_name(dtype)));
     for (cpu::Isa isa : all_isas()) {
       const KernelFn fast = c.kernel(isa);
@@ -350,8 +436,8 @@ TEST_CASE("kernels: linear_q8 with the backend's packed weight equals panels pac
         check_equal(result, own, "packed once vs packed in the call");
       }
     }
-    // Only the int8 path wants anything prepared.
-    CHECK(cpu::prepare_node_data(c.f.graph, c.f.node(), cpu::linear_kernel_with(c.f.graph, c.f.node(), cpu::Isa::Portable, false)) == nullptr);
+    // Only the integer paths want anything prepared.
+    CHECK(cpu::prepare_node_data(c.f.graph, c.f.node(), cpu::linear_kernel_with(c.f.graph, c.f.node(), cpu::Isa::Portable, cpu::LinearPath::F32)) == nullptr);
   }
 }
 
@@ -364,13 +450,17 @@ TEST_CASE("kernels: linear_q8 on AMX tiles equals the VNNI path for any row coun
     return;
   }
   std::mt19937_64 rng(38);
+  for (cpu::LinearPath path : kPaths)
   for (DType dtype : kCovered) {
-    for (int64_t rows : {7, 8, 9, 15, 16, 17, 33, 64, 65, 130}) {
+    for (int64_t rows : {2, 3, 7, 8, 9, 15, 16, 17, 33, 64, 65, 130}) {
+      if (path == cpu::LinearPath::Int8 && rows < 7) continue;
       Case c;
       const int64_t block = cpu::q8::activation_block(dtype);
       const int64_t k = block * (static_cast<int64_t>(rng() % (block == 32 ? 9 : 3)) + 1);
       const int64_t n = static_cast<int64_t>(rng() % 90) + 1;
-      build(c, dtype, {rows, k}, n, rng);
+      build(c, dtype, {rows, k}, n, rng, path);
+      const std::string path_label = path_name(path);
+      CAPTURE(path_label);
       CAPTURE(std::string(dtype_name(dtype)));
       CAPTURE(rows);
       CAPTURE(k);
@@ -380,7 +470,9 @@ TEST_CASE("kernels: linear_q8 on AMX tiles equals the VNNI path for any row coun
       const int64_t before = cpu::q8::amx_tile_calls();
       const std::vector<float> want = c.f.run(vnni, full);
       check_equal(c.f.run(amx, full), want, "AMX vs VNNI");
-      CHECK((cpu::q8::amx_tile_calls() > before) == (rows >= cpu::q8::kAmxMinRows && cpu::q8::amx_tiles(dtype)));
+      // Three quantised rows per x row for int24 (one x row: three rows, the one-row tiles).
+      const int64_t q_rows = path == cpu::LinearPath::Int8 ? rows : 3 * rows;
+      CHECK((cpu::q8::amx_tile_calls() > before) == (q_rows >= cpu::q8::kAmxMinRows && cpu::q8::amx_tiles(dtype)));
       // The backend's packed weight, and sub-boxes.
       std::shared_ptr<const void> packed = cpu::prepare_node_data(c.f.graph, c.f.node(), amx);
       REQUIRE(packed != nullptr);

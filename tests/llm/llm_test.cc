@@ -134,6 +134,19 @@ TEST_CASE("llm: Gemma-3 logits and greedy continuation match transformers (f32 a
   if (have(kGemma)) check_against_golden(kGemma, kPreciseLogits);
 }
 
+// 24-bit activations (TESSERA_LINEAR=int24: three int8 digits per activation through the integer
+// kernels) keep each activation to 2^-24 of its block's largest magnitude: the f32 path's
+// bound, free-running greedy included.
+TEST_CASE("llm: SmolLM2 with 24-bit activations matches transformers within the f32 bound") {
+  const ScopedEnv int24("TESSERA_LINEAR", "int24");
+  if (have(kSmol)) check_against_golden(kSmol, kPreciseLogits);
+}
+
+TEST_CASE("llm: Gemma-3 with 24-bit activations matches transformers within the f32 bound") {
+  const ScopedEnv int24("TESSERA_LINEAR", "int24");
+  if (have(kGemma)) check_against_golden(kGemma, kPreciseLogits);
+}
+
 TEST_CASE("llm: SmolLM2 with int8 activations stays within the int8 bound of transformers") {
   const ScopedEnv int8("TESSERA_LINEAR", "int8");
   if (have(kSmol)) check_against_golden(kSmol, kInt8Logits);
@@ -167,13 +180,14 @@ TEST_CASE("llm: a K/V cache dtype other than f32 or f16 raises Error") {
 }
 
 TEST_CASE("llm: decode computes one row of every non-attention node, bitwise equal to a fresh prefix") {
-  // Both linear paths: f32 activations, and int8 with the weights the cpu backend packs once;
-  // the int8 path also with an f16 K/V cache.
+  // Every linear path: f32 activations, and int8 and int24 with the weights the cpu backend
+  // packs once; the int8 path also with an f16 K/V cache.
   struct Config {
     const char* linear;
     DType kv;
   };
-  for (const Config& config : {Config{"f32", DType::F32}, Config{"int8", DType::F32}, Config{"int8", DType::F16}})
+  for (const Config& config :
+       {Config{"f32", DType::F32}, Config{"int8", DType::F32}, Config{"int24", DType::F32}, Config{"int8", DType::F16}})
   for (const ModelCase& m : {kSmol, kGemma}) {
     if (!have(m)) continue;
     const ScopedEnv linear_mode("TESSERA_LINEAR", config.linear);
