@@ -492,7 +492,7 @@ int main(int argc, char** argv) {
   for (int threads : options.threads) bandwidth.push_back(read_bandwidth(threads, 5));
   std::printf("LLM figures, tokens/s as min-time / median-time rounds (%d rounds, %d decode steps each); our linear "
               "kernels: TESSERA_LINEAR=%s; our K/V cache %s%s\n",
-              options.rounds, options.steps, linear != nullptr && *linear != '\0' ? linear : "(unset: f32)",
+              options.rounds, options.steps, linear != nullptr && *linear != '\0' ? linear : "(unset: int24)",
               dtype_name(options.kv),
               g_cpu_time ? "; ours timed in process CPU seconds" : "");
   for (size_t t = 0; t < options.threads.size(); ++t)
