@@ -25,8 +25,8 @@
 // measures prefill 128 and decode at 128 only, unless --backend-full (PoCL and lavapipe emulate a
 // GPU on these CPUs: the long contexts take minutes there).
 //
-// Our linear kernels read TESSERA_LINEAR from the environment (f32 activations when unset,
-// TESSERA_LINEAR=int8 for the integer path); the header says which one ran.
+// Our linear kernels read TESSERA_LINEAR from the environment (24-bit activations when unset,
+// TESSERA_LINEAR=int8 for int8 activations, =f32 for float ones); the header says which ran.
 #include <immintrin.h>
 #include <fcntl.h>
 #include <sys/mman.h>
