@@ -30,15 +30,36 @@ RowLayout::RowLayout(int64_t depth_, int64_t block_) : depth(depth_), block(bloc
   row_bytes = scaled_sums_offset + align64(4 * (depth / 32));
 }
 
+namespace {
+
+// The largest |x[k * step]| of block [k0, k0 + block).
+float block_amax(const float* x, int64_t step, int64_t k0, int64_t block) {
+  float a = 0.0f;
+  for (int64_t k = k0; k < k0 + block; ++k) a = std::max(a, std::fabs(x[k * step]));
+  return a;
+}
+
+// The 32-sums and scaled sums of block [k0, k0 + block) of a quantised row from its 16-sums and
+// its scale.
+void finish_block_sums(const RowLayout& layout, int64_t k0, std::byte* dst) {
+  const float d = reinterpret_cast<const float*>(dst + layout.d_offset)[k0 / layout.block];
+  auto* sums = reinterpret_cast<int32_t*>(dst + layout.sums_offset);
+  const auto* sums16 = reinterpret_cast<const int32_t*>(dst + layout.sums16_offset);
+  auto* scaled_sums = reinterpret_cast<float*>(dst + layout.scaled_sums_offset);
+  for (int64_t k = k0; k < k0 + layout.block; k += 32) {
+    sums[k / 32] = sums16[k / 16] + sums16[k / 16 + 1];
+    scaled_sums[k / 32] = d * static_cast<float>(sums[k / 32]);
+  }
+}
+
+}  // namespace
+
 void quantize_row_portable(const float* x, int64_t step, const RowLayout& layout, std::byte* dst) {
   auto* q = reinterpret_cast<int8_t*>(dst);
   auto* d = reinterpret_cast<float*>(dst + layout.d_offset);
-  auto* sums = reinterpret_cast<int32_t*>(dst + layout.sums_offset);
   auto* sums16 = reinterpret_cast<int32_t*>(dst + layout.sums16_offset);
-  auto* scaled_sums = reinterpret_cast<float*>(dst + layout.scaled_sums_offset);
   for (int64_t k0 = 0; k0 < layout.depth; k0 += layout.block) {
-    float a = 0.0f;
-    for (int64_t k = k0; k < k0 + layout.block; ++k) a = std::max(a, std::fabs(x[k * step]));
+    const float a = block_amax(x, step, k0, layout.block);
     d[k0 / layout.block] = a / 127.0f;
     const float id = a != 0.0f ? 127.0f / a : 0.0f;
     for (int64_t k = k0; k < k0 + layout.block; k += 16) {
@@ -51,10 +72,7 @@ void quantize_row_portable(const float* x, int64_t step, const RowLayout& layout
       }
       sums16[k / 16] = total;
     }
-    for (int64_t k = k0; k < k0 + layout.block; k += 32) {
-      sums[k / 32] = sums16[k / 16] + sums16[k / 16 + 1];
-      scaled_sums[k / 32] = d[k0 / layout.block] * static_cast<float>(sums[k / 32]);
-    }
+    finish_block_sums(layout, k0, dst);
   }
 }
 
@@ -73,46 +91,27 @@ inline int32_t split255(int32_t v, int32_t& r) {
 }  // namespace
 
 void quantize_digits(const float* x, int64_t step, const RowLayout& layout, std::byte* const dst[3]) {
-  int8_t* q[3];
-  float* d[3];
-  int32_t *sums[3], *sums16[3];
-  float* scaled_sums[3];
-  for (int i = 0; i < 3; ++i) {
-    q[i] = reinterpret_cast<int8_t*>(dst[i]);
-    d[i] = reinterpret_cast<float*>(dst[i] + layout.d_offset);
-    sums[i] = reinterpret_cast<int32_t*>(dst[i] + layout.sums_offset);
-    sums16[i] = reinterpret_cast<int32_t*>(dst[i] + layout.sums16_offset);
-    scaled_sums[i] = reinterpret_cast<float*>(dst[i] + layout.scaled_sums_offset);
-  }
   const float range = static_cast<float>(kDigitRange);
   for (int64_t k0 = 0; k0 < layout.depth; k0 += layout.block) {
-    float a = 0.0f;
-    for (int64_t k = k0; k < k0 + layout.block; ++k) a = std::max(a, std::fabs(x[k * step]));
-    const float s = a / range, inverse = a != 0.0f ? range / a : 0.0f;
-    d[0][k0 / layout.block] = s * 65025.0f;
-    d[1][k0 / layout.block] = s * 255.0f;
-    d[2][k0 / layout.block] = s;
+    const float a = block_amax(x, step, k0, layout.block), s = a / range;
+    const float inverse = a != 0.0f ? range / a : 0.0f;
+    const float scales[3] = {s * 65025.0f, s * 255.0f, s};
+    for (int i = 0; i < 3; ++i) reinterpret_cast<float*>(dst[i] + layout.d_offset)[k0 / layout.block] = scales[i];
     for (int64_t k = k0; k < k0 + layout.block; k += 16) {
       int32_t total[3] = {};
       for (int64_t e = k; e < k + 16; ++e) {
         const float scaled = std::min(std::max(x[e * step] * inverse, -range), range);
-        int32_t low = 0, middle = 0;
-        const int32_t rest = split255(static_cast<int32_t>(std::nearbyint(scaled)), low);
-        const int32_t high = split255(rest, middle);
-        q[0][e] = static_cast<int8_t>(high);
-        q[1][e] = static_cast<int8_t>(middle);
-        q[2][e] = static_cast<int8_t>(low);
-        total[0] += high;
-        total[1] += middle;
-        total[2] += low;
+        int32_t digit[3];  // high, middle, low
+        const int32_t rest = split255(static_cast<int32_t>(std::nearbyint(scaled)), digit[2]);
+        digit[0] = split255(rest, digit[1]);
+        for (int i = 0; i < 3; ++i) {
+          reinterpret_cast<int8_t*>(dst[i])[e] = static_cast<int8_t>(digit[i]);
+          total[i] += digit[i];
+        }
       }
-      for (int i = 0; i < 3; ++i) sums16[i][k / 16] = total[i];
+      for (int i = 0; i < 3; ++i) reinterpret_cast<int32_t*>(dst[i] + layout.sums16_offset)[k / 16] = total[i];
     }
-    for (int i = 0; i < 3; ++i)
-      for (int64_t k = k0; k < k0 + layout.block; k += 32) {
-        sums[i][k / 32] = sums16[i][k / 16] + sums16[i][k / 16 + 1];
-        scaled_sums[i][k / 32] = d[i][k0 / layout.block] * static_cast<float>(sums[i][k / 32]);
-      }
+    for (int i = 0; i < 3; ++i) finish_block_sums(layout, k0, dst[i]);
   }
 }
 
