@@ -28,7 +28,8 @@
 // operations, so they agree bit for bit, and no box, tile, panel or thread count changes a value.
 // The results differ from the f32-activation path (the activations are rounded to 8 bits), so
 // the path is opt-in: TESSERA_LINEAR=int8 in the environment (see LinearPath in cpu_kernels.h);
-// the default runs the same kernels on 24-bit activations (digits_kernel, below). Int8 precision: on real inputs each linear's outputs equal the scheme evaluated
+// the default runs the same kernels on 24-bit activations (digits_kernel, below).
+// Int8 precision: on real inputs each linear's outputs equal the scheme evaluated
 // exactly to ~1e-7 (relative RMS) and differ from f32 activations by ~0.4-1% (V projections up to
 // ~2.7%), as llama.cpp's q8_0/q8_1 activations do; through 30 layers SmolLM2-135M's top logits
 // move by up to ~0.7 and Gemma-3-270M's (18 layers, larger activations) by up to ~1.1, mostly a
