@@ -88,6 +88,21 @@ inline int32_t split255(int32_t v, int32_t& r) {
   return q;
 }
 
+// The x row's sums of block [k0, k0 + block) per 32 elements, from its digit rows' sums (X =
+// 65025 h + 255 m + l, exact in int32: |X| <= kDigitRange): float(sum X) in the high row's
+// scaled sums (the K-quants' min term) and s * float(sum X) in the low row's (Q4_1's, Q5_1's),
+// as linear_q8.h has them.
+void digit_offset_sums(const RowLayout& layout, int64_t k0, std::byte* const dst[3]) {
+  const auto sums = [&](int i) { return reinterpret_cast<const int32_t*>(dst[i] + layout.sums_offset); };
+  const auto scaled_sums = [&](int i) { return reinterpret_cast<float*>(dst[i] + layout.scaled_sums_offset); };
+  const float s = reinterpret_cast<const float*>(dst[2] + layout.d_offset)[k0 / layout.block];
+  for (int64_t j = k0 / 32; j < (k0 + layout.block) / 32; ++j) {
+    const float total = static_cast<float>(65025 * sums(0)[j] + 255 * sums(1)[j] + sums(2)[j]);
+    scaled_sums(0)[j] = total;
+    scaled_sums(2)[j] = s * total;
+  }
+}
+
 }  // namespace
 
 void quantize_digits(const float* x, int64_t step, const RowLayout& layout, std::byte* const dst[3]) {
@@ -112,6 +127,7 @@ void quantize_digits(const float* x, int64_t step, const RowLayout& layout, std:
       for (int i = 0; i < 3; ++i) reinterpret_cast<int32_t*>(dst[i] + layout.sums16_offset)[k / 16] = total[i];
     }
     for (int i = 0; i < 3; ++i) finish_block_sums(layout, k0, dst[i]);
+    digit_offset_sums(layout, k0, dst);
   }
 }
 
@@ -133,56 +149,83 @@ int bit4(DType dtype, const uint8_t* ints, int r, int e) {
 
 float half_at(const uint8_t* p) { return half_to_float(u16_at(p)); }
 
+// The exact integers of block b of weight row r (panel g of the quad) against quantised row a:
+// S_b, and the K-quants' sum_s min_s * sum(q in s).
 template <DType kType>
+void block_integers(const Quad& quad, int g, int r, const QRow& a, int64_t b, int32_t& sum, int32_t& mins) {
+  const uint8_t* scales = quad.base + b * quad.block_stride + g * panel_scale_bytes(kType);
+  const uint8_t* ints = quad.base + b * quad.block_stride + quad.ints_at + g * panel_int_bytes(kType);
+  sum = 0, mins = 0;
+  if constexpr (activation_block(kType) == 32) {
+    const int8_t* q = a.q + 32 * b;
+    for (int e = 0; e < 32; ++e) {
+      int w;
+      if constexpr (kType == DType::Q8_0) {
+        w = ints[64 * (e / 4) + 4 * r + e % 4] - 128;
+      } else if constexpr (kType == DType::Q5_0 || kType == DType::Q5_1) {
+        w = (nibble(kType, ints, r, e) | (bit4(kType, ints, r, e) << 4)) - (kType == DType::Q5_0 ? 16 : 0);
+      } else {
+        w = nibble(kType, ints, r, e) - (kType == DType::Q4_0 ? 8 : 0);
+      }
+      sum += w * q[e];
+    }
+  } else if constexpr (kType == DType::Q4_K || kType == DType::Q5_K) {
+    const int8_t* q = a.q + 256 * b;
+    for (int s = 0; s < 8; ++s) {
+      int32_t part = 0;
+      for (int e = 32 * s; e < 32 * s + 32; ++e)
+        part += (nibble(kType, ints, r, e) | (kType == DType::Q5_K ? bit4(kType, ints, r, e) << 4 : 0)) * q[e];
+      sum += scales[64 + 16 * s + r] * part;
+      mins += scales[192 + 16 * s + r] * a.sums[8 * b + s];
+    }
+  } else {  // Q6_K
+    const int8_t* q = a.q + 256 * b;
+    for (int j = 0; j < 16; ++j) {
+      int32_t part = 0;
+      for (int e = 16 * j; e < 16 * j + 16; ++e) {
+        const int m = (e % 16) / 4, i = e % 4;
+        const int high = (ints[high_vector_at(j) + 4 * r + i] >> (2 * m)) & 3;
+        part += ((nibble(kType, ints, r, e) | (high << 4)) - 32) * q[e];
+      }
+      sum += static_cast<int8_t>(scales[32 + 16 * j + r]) * part;
+    }
+  }
+}
+
+// int8's float(v[0]), int24's fma(float(v_h), 65025, fma(float(v_m), 255, float(v_l))).
+template <int kDigits>
+float digits_value(const int32_t* v) {
+  if constexpr (kDigits == 1)
+    return static_cast<float>(v[0]);
+  else
+    return std::fma(static_cast<float>(v[0]), 65025.0f,
+                    std::fma(static_cast<float>(v[1]), 255.0f, static_cast<float>(v[2])));
+}
+
+template <DType kType, int kDigits = 1>
 void micro_portable(const Quad& quad, int first, int count, const QRow* x, int rows, int64_t blocks, float* out, uint8_t*) {
-  for (int xr = 0; xr < rows; ++xr)
+  for (int xr = 0; xr < rows / kDigits; ++xr)
     for (int g = 0; g < count; ++g)
       for (int r = 0; r < kPanelRows; ++r) {
-        const QRow& a = x[xr];
+        const QRow* digits = x + kDigits * xr;
+        const QRow& a = digits[kDigits - 1];  // its d and scaled sums are the x row's
         float acc = 0.0f, macc = 0.0f;
         for (int64_t b = 0; b < blocks; ++b) {
           const uint8_t* scales = quad.base + b * quad.block_stride + (first + g) * panel_scale_bytes(kType);
-          const uint8_t* ints = quad.base + b * quad.block_stride + quad.ints_at + (first + g) * panel_int_bytes(kType);
-          int32_t sum = 0, mins = 0;
-          if constexpr (activation_block(kType) == 32) {
-            const int8_t* q = a.q + 32 * b;
-            for (int e = 0; e < 32; ++e) {
-              int w;
-              if constexpr (kType == DType::Q8_0) {
-                w = ints[64 * (e / 4) + 4 * r + e % 4] - 128;
-              } else if constexpr (kType == DType::Q5_0 || kType == DType::Q5_1) {
-                w = (nibble(kType, ints, r, e) | (bit4(kType, ints, r, e) << 4)) - (kType == DType::Q5_0 ? 16 : 0);
-              } else {
-                w = nibble(kType, ints, r, e) - (kType == DType::Q4_0 ? 8 : 0);
-              }
-              sum += w * q[e];
-            }
-          } else if constexpr (kType == DType::Q4_K || kType == DType::Q5_K) {
-            const int8_t* q = a.q + 256 * b;
-            for (int s = 0; s < 8; ++s) {
-              int32_t part = 0;
-              for (int e = 32 * s; e < 32 * s + 32; ++e)
-                part += (nibble(kType, ints, r, e) | (kType == DType::Q5_K ? bit4(kType, ints, r, e) << 4 : 0)) * q[e];
-              sum += scales[64 + 16 * s + r] * part;
-              mins += scales[192 + 16 * s + r] * a.sums[8 * b + s];
-            }
-          } else {  // Q6_K
-            const int8_t* q = a.q + 256 * b;
-            for (int j = 0; j < 16; ++j) {
-              int32_t part = 0;
-              for (int e = 16 * j; e < 16 * j + 16; ++e) {
-                const int m = (e % 16) / 4, i = e % 4;
-                const int high = (ints[high_vector_at(j) + 4 * r + i] >> (2 * m)) & 3;
-                part += ((nibble(kType, ints, r, e) | (high << 4)) - 32) * q[e];
-              }
-              sum += static_cast<int8_t>(scales[32 + 16 * j + r]) * part;
-            }
-          }
-          acc = std::fma(static_cast<float>(sum), half_at(scales + 2 * r) * a.d[b], acc);
+          int32_t sum[kDigits], mins[kDigits];
+          for (int i = 0; i < kDigits; ++i) block_integers<kType>(quad, first + g, r, digits[i], b, sum[i], mins[i]);
+          acc = std::fma(digits_value<kDigits>(sum), half_at(scales + 2 * r) * a.d[b], acc);
           if constexpr (kType == DType::Q4_1 || kType == DType::Q5_1)
             macc = std::fma(half_at(scales + 32 + 2 * r), a.scaled_sums[b], macc);
-          if constexpr (kType == DType::Q4_K || kType == DType::Q5_K)
-            macc = std::fma(-(half_at(scales + 32 + 2 * r) * a.d[b]), static_cast<float>(mins), macc);
+          if constexpr (kType == DType::Q4_K || kType == DType::Q5_K) {
+            float min_value = static_cast<float>(mins[0]);
+            if constexpr (kDigits == 3) {  // sum_s min_s * float(sum X in s), the high row's sums
+              min_value = 0.0f;
+              for (int s = 0; s < 8; ++s)
+                min_value = std::fma(static_cast<float>(scales[192 + 16 * s + r]), digits[0].scaled_sums[8 * b + s], min_value);
+            }
+            macc = std::fma(min_value, -half_at(scales + 32 + 2 * r) * a.d[b], macc);
+          }
         }
         out[(xr * count + g) * kPanelRows + r] = has_min(kType) ? acc + macc : acc;
       }
@@ -297,6 +340,8 @@ TESSERA_INLINE VI dot_q8(VI acc, VB u, const int8_t* x4) {
   return {one(acc.a, u.a), one(acc.b, u.b)};
 }
 constexpr int kMaxTileRows = 2;  // 16 registers
+constexpr int kDigitPanels = 2;
+constexpr int kMaxDigitRows = 3;
 #include "kernels/cpu/linear_q8_simd.inc"
 }  // namespace
 }  // namespace tessera::cpu::q8::avx2_path
@@ -383,6 +428,8 @@ TESSERA_INLINE VI dot(VI acc, VB u, const int8_t* x4) {
 constexpr bool kQ8Offset = true;
 TESSERA_INLINE VI dot_q8(VI acc, VB u, const int8_t* x4) { return dot(acc, u, x4); }
 constexpr int kMaxTileRows = 4;  // 32 registers
+constexpr int kDigitPanels = 4;
+constexpr int kMaxDigitRows = 6;
 #include "kernels/cpu/linear_q8_simd.inc"
 }  // namespace
 }  // namespace tessera::cpu::q8::vnni_path
@@ -399,8 +446,8 @@ TESSERA_VNNI_END
 namespace tessera::cpu::q8 {
 namespace {
 
-// `rows` x rows against panels [first, first + count) of a quad:
-// out[(r * count + g) * 16 + lane]; `work`: amx_work_bytes(dtype, K) bytes of scratch (the AMX
+// `rows` quantised rows (rows / 3 x rows for 24-bit activations) against panels [first, first +
+// count) of a quad: out[(i * count + g) * 16 + lane] for x row i; `work`: amx_work_bytes(dtype, K) bytes of scratch (the AMX
 // path's, when rows >= kAmxMinRows).
 using MicroFn = void (*)(const Quad& quad, int first, int count, const QRow* x, int rows, int64_t blocks, float* out,
                          uint8_t* work);
@@ -487,14 +534,6 @@ absl::Status linear_q8(const KernelArgs& args) {
       kMicro(view, first, count, q, chunk * kDigits, blocks, results, work);
       const int64_t width = count * kPanelRows;
       const int64_t j0 = std::max(n_begin, p0), j1 = std::min(n_end, p0 + width);
-      if constexpr (kDigits == 3) {  // row r's digits' outputs: (low + middle) + high, into the first
-        for (int r = 0; r < chunk; ++r) {
-          float* high = results + 3 * r * width;
-          const float *middle = high + width, *low = middle + width;
-          float* combined = results + r * width;  // rows before r are combined already
-          for (int64_t j = 0; j < width; ++j) combined[j] = (low[j] + middle[j]) + high[j];
-        }
-      }
       for (int r = 0; r < chunk; ++r) {
         rows.index(c0 + r, index);
         index[last] = j0;
@@ -526,17 +565,14 @@ KernelFn kernel_for(Isa isa) {
 template <DType kType>
 KernelFn digits_kernel_for(Isa isa) {
 #if TESSERA_HAVE_AVX2_PATHS
-  if constexpr (amx_tiles(kType)) {
-    if (isa == Isa::Amx)
-      return linear_q8<kType, amx_path::micro<kType>, vnni_path::quantize_row, vnni_path::quantize_digits_simd>;
-  }
+  // (AMX: the VNNI tiles; amx_path takes int8 rows only, linear_q8.h.)
   if (isa >= Isa::Avx512Vnni)
-    return linear_q8<kType, vnni_path::micro<kType>, vnni_path::quantize_row, vnni_path::quantize_digits_simd>;
+    return linear_q8<kType, vnni_path::micro<kType, 3>, vnni_path::quantize_row, vnni_path::quantize_digits_simd>;
   if (isa != Isa::Portable)
-    return linear_q8<kType, avx2_path::micro<kType>, avx2_path::quantize_row, avx2_path::quantize_digits_simd>;
+    return linear_q8<kType, avx2_path::micro<kType, 3>, avx2_path::quantize_row, avx2_path::quantize_digits_simd>;
 #endif
   (void)isa;
-  return linear_q8<kType, micro_portable<kType>, quantize_row_portable, quantize_digits>;
+  return linear_q8<kType, micro_portable<kType, 3>, quantize_row_portable, quantize_digits>;
 }
 
 // kernel_for or digits_kernel_for of `dtype`.

@@ -231,10 +231,18 @@ KernelFn kernel(DType dtype, Isa isa);
 // The same kernels with 24-bit activations (LinearPath::Int24): per activation block, X =
 // round(x * (kDigitRange / amax)), |X| <= kDigitRange, written as X = 65025 h + 255 m + l with
 // digits h, m, l in [-127, 127] (base 255: the AVX2 path's byte products need |x| <= 127, as the
-// int8 path's rows have); each digit is a quantised row of its own (scales 65025 s, 255 s and s,
-// s = amax / kDigitRange) through the same integer sums and float sequence as an int8 row, and
-// the output is (out_l + out_m) + out_h. quantize_digits and its vector twin give the same bytes,
-// so every ISA gives the same bits, as the int8 path does.
+// int8 path's rows have). Each digit is a quantised row (high, middle, low; their d are 65025 s,
+// 255 s and s, s = amax / kDigitRange), and the weights' integer sums S_b run against all three
+// at once (one decode of the weights): per output element and block b, with the digit rows'
+// exact integers S_h, S_m, S_l (the K-quants' scaled totals),
+//   acc  = fma(fma(float(S_h), 65025, fma(float(S_m), 255, float(S_l))), d_w(b) * s(b), acc)
+//   Q4_1, Q5_1: macc = fma(m_w(b), s(b) * float(sum X in b), macc)     (the low row's scaled sums)
+//   Q4_K, Q5_K: macc = fma(M_b, -dmin_w(b) * s(b), macc), M_b = sum_s fma-accumulated
+//               float(min_s) * float(sum X in s)                         (the high row's scaled sums)
+//   out = acc (+ macc)
+// (sum X of 32 elements is exact in int32.) quantize_digits and its vector twin give the same
+// bytes and every ISA the same operations, so all paths give the same bits, as the int8 path's
+// do. AMX runs the VNNI path's digit tiles (amx_path takes int8 rows).
 constexpr int64_t kDigitRange = 127 * 65025 + 127 * 255 + 127;
 KernelFn digits_kernel(DType dtype, Isa isa);
 void quantize_digits(const float* x, int64_t step, const RowLayout& layout, std::byte* const dst[3]);

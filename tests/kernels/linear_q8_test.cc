@@ -61,8 +61,8 @@ void build(Case& c, DType dtype, const Shape& x_shape, int64_t n, std::mt19937_6
   c.f.prepare(rng, {testing::ValueRange{-1.0, 1.0}});
 }
 
-// Bound on |int8 path - reference| per output element (int24: d_x = amax / kDigitRange, and
-// the three digit rows' float roundings fit the same term). Quantising x block by block moves each
+// Bound on |int8 path - reference| per output element (int24: d_x = amax / kDigitRange, and a
+// rounding term of its own, below). Quantising x block by block moves each
 // x_k by at most half a step d_x = amax / 127 (plus a rounding of x * (127 / amax)), so the dot
 // product moves by at most sum_k |w_k| (d_x / 2 (1 + 2^-20) + 2^-22 |x_k|). On top come float
 // roundings of both computations (the scales' products, the lanes' sums, the reference's own
@@ -75,6 +75,12 @@ std::vector<double> tolerances(const Case& c) {
   const int64_t a = cpu::q8::activation_block(c.dtype), wb = dtype_block_size(c.dtype);
   std::vector<double> tol(static_cast<size_t>(c.rows() * c.n));
   std::vector<double> step(static_cast<size_t>(c.k));
+  // Int24 combines a block's three digit sums in float (two roundings) and adds one term per
+  // block: its roundings grow with the blocks, not with K (tight enough that a wrong digit
+  // weight, 65024 for 65025, fails).
+  const double rounding_factor = c.path == cpu::LinearPath::Int8
+                                     ? (static_cast<double>(c.k) / 8 + 16) * 0x1p-22
+                                     : (static_cast<double>(c.k / a) + 8) * 0x1p-23;
   for (int64_t r = 0; r < c.rows(); ++r) {
     const float* x = c.x() + r * c.k;
     for (int64_t k0 = 0; k0 < c.k; k0 += a) {
@@ -95,8 +101,7 @@ std::vector<double> tolerances(const Case& c) {
           rounding += (wk + block_max) * (xk + dk);
         }
       }
-      tol[static_cast<size_t>(r * c.n + j)] =
-          quantisation + (static_cast<double>(c.k) / 8 + 16) * 0x1p-22 * rounding + 1e-30;
+      tol[static_cast<size_t>(r * c.n + j)] = quantisation + rounding_factor * rounding + 1e-30;
     }
   }
   return tol;
@@ -282,7 +287,7 @@ TEST_CASE("kernels: linear_q8 one-row decode equals the portable path for any bl
     const int64_t block = cpu::q8::activation_block(dtype);
     for (int64_t blocks = 1; blocks <= (block == 32 ? 9 : 3); ++blocks) {
       Case c;
-      build(c, dtype, {1, blocks * block}, static_cast<int64_t>(rng() % 23) + 1, rng, path);
+      build(c, dtype, {1, blocks * block}, static_cast<int64_t>(rng() % 80) + 1, rng, path);
       const std::string path_label = path_name(path);
       CAPTURE(path_label);
       CAPTURE(std::string(dtype_name(dtype)));
@@ -441,9 +446,9 @@ TEST_CASE("kernels: linear_q8 with the backend's packed weight equals panels pac
   }
 }
 
-// AMX (Isa::Amx): calls of kAmxMinRows or more x rows run their integer sums on tiles, 8 x rows
-// per pass (every covered type but Q6_K, which stays on VNNI); any row count, width, depth and
-// box gives the bits of the VNNI path, with the backend's packed weight too.
+// AMX (Isa::Amx): int8 calls of kAmxMinRows or more x rows run their integer sums on tiles, 8 x
+// rows per pass (every covered type but Q6_K, which stays on VNNI; int24 stays on VNNI); any row
+// count, width, depth and box gives the bits of the VNNI path, with the backend's packed weight too.
 TEST_CASE("kernels: linear_q8 on AMX tiles equals the VNNI path for any row count, width and box") {
   if (!cpu::isa_supported(cpu::Isa::Amx)) {
     MESSAGE("SKIPPED: no AMX-INT8 on this CPU (or the kernel refused the tile state): the AMX path is not run here");
@@ -470,9 +475,9 @@ TEST_CASE("kernels: linear_q8 on AMX tiles equals the VNNI path for any row coun
       const int64_t before = cpu::q8::amx_tile_calls();
       const std::vector<float> want = c.f.run(vnni, full);
       check_equal(c.f.run(amx, full), want, "AMX vs VNNI");
-      // Three quantised rows per x row for int24 (one x row: three rows, the one-row tiles).
-      const int64_t q_rows = path == cpu::LinearPath::Int8 ? rows : 3 * rows;
-      CHECK((cpu::q8::amx_tile_calls() > before) == (q_rows >= cpu::q8::kAmxMinRows && cpu::q8::amx_tiles(dtype)));
+      // Int24 rows run the VNNI path's digit tiles there (linear_q8.h).
+      CHECK((cpu::q8::amx_tile_calls() > before) ==
+            (path == cpu::LinearPath::Int8 && rows >= cpu::q8::kAmxMinRows && cpu::q8::amx_tiles(dtype)));
       // The backend's packed weight, and sub-boxes.
       std::shared_ptr<const void> packed = cpu::prepare_node_data(c.f.graph, c.f.node(), amx);
       REQUIRE(packed != nullptr);
