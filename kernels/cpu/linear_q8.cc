@@ -324,8 +324,12 @@ TESSERA_INLINE VI dot(VI acc, VB u, const int8_t* x4) {
   int32_t v;
   std::memcpy(&v, x4, 4);
   const __m256i x = _mm256_set1_epi32(v), ones = _mm256_set1_epi16(1);
-  return {_mm256_add_epi32(acc.a, _mm256_madd_epi16(_mm256_maddubs_epi16(u.a, x), ones)),
-          _mm256_add_epi32(acc.b, _mm256_madd_epi16(_mm256_maddubs_epi16(u.b, x), ones))};
+  VI sum{_mm256_add_epi32(acc.a, _mm256_madd_epi16(_mm256_maddubs_epi16(u.a, x), ones)),
+         _mm256_add_epi32(acc.b, _mm256_madd_epi16(_mm256_maddubs_epi16(u.b, x), ones))};
+  // Opaque: the compiler would otherwise reassociate a block's integer additions into a tree,
+  // holding every product at once (it spilled most of them to the stack).
+  asm("" : "+x"(sum.a), "+x"(sum.b));
+  return sum;
 }
 // Q8_0: u = w + 128. acc + sum_i w[4l + i] * x4[i] (|w| against x with w's sign: exact pairs).
 constexpr bool kQ8Offset = false;
@@ -337,10 +341,12 @@ TESSERA_INLINE VI dot_q8(VI acc, VB u, const int8_t* x4) {
     const __m256i w = _mm256_xor_si256(u_half, flip);
     return _mm256_add_epi32(acc_half, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w)), ones));
   };
-  return {one(acc.a, u.a), one(acc.b, u.b)};
+  VI sum{one(acc.a, u.a), one(acc.b, u.b)};
+  asm("" : "+x"(sum.a), "+x"(sum.b));  // as in dot
+  return sum;
 }
 constexpr int kMaxTileRows = 2;  // 16 registers
-constexpr int kDigitPanels = 2;
+constexpr int kDigitPanels = 1;
 constexpr int kMaxDigitRows = 3;
 #include "kernels/cpu/linear_q8_simd.inc"
 }  // namespace
