@@ -346,7 +346,6 @@ TESSERA_INLINE VI dot_q8(VI acc, VB u, const int8_t* x4) {
   return sum;
 }
 constexpr int kMaxTileRows = 2;  // 16 registers
-constexpr int kDigitPanels = 1;
 constexpr int kMaxDigitRows = 3;
 #include "kernels/cpu/linear_q8_simd.inc"
 }  // namespace
@@ -434,7 +433,6 @@ TESSERA_INLINE VI dot(VI acc, VB u, const int8_t* x4) {
 constexpr bool kQ8Offset = true;
 TESSERA_INLINE VI dot_q8(VI acc, VB u, const int8_t* x4) { return dot(acc, u, x4); }
 constexpr int kMaxTileRows = 4;  // 32 registers
-constexpr int kDigitPanels = 4;
 constexpr int kMaxDigitRows = 6;
 #include "kernels/cpu/linear_q8_simd.inc"
 }  // namespace
