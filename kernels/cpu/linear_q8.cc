@@ -451,8 +451,8 @@ namespace tessera::cpu::q8 {
 namespace {
 
 // `rows` quantised rows (rows / 3 x rows for 24-bit activations) against panels [first, first +
-// count) of a quad: out[(i * count + g) * 16 + lane] for x row i; `work`: amx_work_bytes(dtype, K) bytes of scratch (the AMX
-// path's, when rows >= kAmxMinRows).
+// count) of a quad: out[(i * count + g) * 16 + lane] for x row i; `work`: amx_work_bytes(dtype,
+// K) bytes of scratch (the AMX path's, when rows >= kAmxMinRows).
 using MicroFn = void (*)(const Quad& quad, int first, int count, const QRow* x, int rows, int64_t blocks, float* out,
                          uint8_t* work);
 using QuantizeFn = void (*)(const float* x, int64_t step, const RowLayout& layout, std::byte* dst);
