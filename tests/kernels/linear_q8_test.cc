@@ -166,7 +166,7 @@ TEST_CASE("kernels: TESSERA_LINEAR picks the f32, int8 or (by default) int24 pat
 
 // The 24-bit split: X = round(x * (kDigitRange / amax)) is 65025 h + 255 m + l exactly, with
 // every digit in [-127, 127], and s X is within half a step s = amax / kDigitRange of x (plus float
-// rounding); the digit rows' scales and sums.
+// rounding); the digit rows' scales and sums, and the x row's sums the kernels read.
 TEST_CASE("kernels: int24 activations are three int8 digits of x to within half a step of amax / kDigitRange") {
   std::mt19937_64 rng(28);
   std::uniform_real_distribution<float> u(-3.0f, 3.0f);
@@ -198,6 +198,13 @@ TEST_CASE("kernels: int24 activations are three int8 digits of x to within half 
       int32_t total = 0;
       for (int64_t i = 0; i < 32; ++i) total += q->q[i];
       CHECK(total == q->sums[0]);
+    }
+    // The x row's sums per 32 elements: float(sum X) in the high row, s * float(sum X) in the low.
+    for (int64_t j = 0; j < 1024 / 32; ++j) {
+      int64_t sum = 0;
+      for (int64_t i = 32 * j; i < 32 * j + 32; ++i) sum += 65025 * h.q[i] + 255 * m.q[i] + l.q[i];
+      CHECK(h.scaled_sums[j] == static_cast<float>(sum));
+      CHECK(l.scaled_sums[j] == l.d[32 * j / block] * static_cast<float>(sum));
     }
   }
 }
