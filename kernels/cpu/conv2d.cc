@@ -103,12 +103,40 @@ const MicroTable& portable_micro_table() {
   return table;
 }
 
+void scatter_phases(const float* src, int64_t step, int64_t lo, int64_t hi, int64_t first, int64_t stride,
+                    float* dst, int64_t phase_len, PairsFn pairs) {
+  if (lo >= hi) return;
+  if (stride == 1 && step == 1) {
+    std::memcpy(dst + (lo - first), src, sizeof(float) * static_cast<size_t>(hi - lo));
+    return;
+  }
+  const int64_t k_lo = lo - first, k_hi = hi - first;  // column first + k: phase k % stride, entry k / stride
+  int64_t k = k_lo;
+  if (stride == 2 && step == 1) {
+    if (k % 2 == 1) {
+      dst[phase_len + k / 2] = src[0];
+      ++k;
+    }
+    const int64_t count = (k_hi - k) / 2;
+    pairs(src + (k - k_lo), count, dst + k / 2, dst + phase_len + k / 2);
+    k += 2 * count;
+  }
+  for (int64_t phase = k % stride, entry = k / stride; k < k_hi; ++k) {
+    dst[phase * phase_len + entry] = src[(k - k_lo) * step];
+    if (++phase == stride) {
+      phase = 0;
+      ++entry;
+    }
+  }
+}
+
 }  // namespace conv
 
 namespace {
 
 using conv::ConvTile;
 using conv::MicroTable;
+using conv::scatter_phases;
 
 // Output columns packed at once: bounds the scratch whatever the image width.
 constexpr int64_t kChunk = 256;
@@ -168,28 +196,21 @@ Geometry geometry_of(const Conv2dAttrs& a, const Shape& x, const Shape& weight, 
   return g;
 }
 
-// Stride 2 over a contiguous input row: entries j of both phases whose two input columns lie in
-// [lo, hi), four at a time with SSE shuffles (x86-64 baseline); sets [begin, end) to the
-// entries written (empty elsewhere), which the caller's scalar loop then skips.
-void deinterleave(const Geometry& g, int64_t col0, int64_t lo, int64_t hi, const float* src,
-                  float* dst, int64_t phase_len, int64_t& begin, int64_t& end) {
+// even[i] = src[2 i], odd[i] = src[2 i + 1] (PairsFn): four pairs at a time with SSE shuffles
+// (x86-64 baseline).
+void pairs_sse(const float* src, int64_t pairs, float* even, float* odd) {
+  int64_t i = 0;
 #if defined(__SSE2__)
-  const int64_t first = col0 - g.pad_w;  // input column of phase 0, entry 0
-  begin = first >= lo ? 0 : (lo - first + 1) / 2;
-  const int64_t count = std::max<int64_t>((hi - first) / 2 - begin, 0) / 4 * 4;
-  end = begin + count;
-  const float* in = src + (first + 2 * begin - lo);
-  float* even = dst + begin;
-  float* odd = dst + phase_len + begin;
-  for (int64_t j = 0; j < count; j += 4) {
-    const __m128 a = _mm_loadu_ps(in + 2 * j), b = _mm_loadu_ps(in + 2 * j + 4);
-    _mm_storeu_ps(even + j, _mm_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)));
-    _mm_storeu_ps(odd + j, _mm_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+  for (; i + 4 <= pairs; i += 4) {
+    const __m128 a = _mm_loadu_ps(src + 2 * i), b = _mm_loadu_ps(src + 2 * i + 4);
+    _mm_storeu_ps(even + i, _mm_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)));
+    _mm_storeu_ps(odd + i, _mm_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
   }
-#else
-  (void)g, (void)col0, (void)lo, (void)hi, (void)src, (void)dst, (void)phase_len;
-  begin = end = 0;
 #endif
+  for (; i < pairs; ++i) {
+    even[i] = src[2 * i];
+    odd[i] = src[2 * i + 1];
+  }
 }
 
 // Packs input row `ih` (possibly in the padding) of channels [c0, c0 + in_per_group) of sample
@@ -198,42 +219,18 @@ void deinterleave(const Geometry& g, int64_t col0, int64_t lo, int64_t hi, const
 void pack_row(const Geometry& g, const TensorView& x, int64_t n, int64_t c0, int64_t ih,
               int64_t ow0, int64_t columns, float* dst0, int64_t channel_stride) {
   const int64_t phase_len = g.phase_len(columns), row_stride = g.row_stride(columns);
-  const int64_t col0 = ow0 * g.stride_w;  // padded column of phase 0, entry 0
+  const int64_t first = ow0 * g.stride_w - g.pad_w;  // input column of phase 0, entry 0
   const int64_t needed = (columns - 1) * g.stride_w + (g.kernel_w - 1) * g.dil_w + 1;
   // Input columns [lo, hi) are needed and exist.
-  const int64_t lo = std::max<int64_t>(col0 - g.pad_w, 0);
-  const int64_t hi = std::min<int64_t>(col0 - g.pad_w + needed, g.width);
-  const int64_t step = x.strides[3];
+  const int64_t lo = std::max<int64_t>(first, 0);
+  const int64_t hi = std::min<int64_t>(first + needed, g.width);
   const bool inside = ih >= 0 && ih < g.height && lo < hi;
   for (int64_t c = 0; c < g.in_per_group; ++c) {
     float* dst = dst0 + c * channel_stride;
     std::memset(dst, 0, sizeof(float) * static_cast<size_t>(row_stride));
     if (!inside) continue;
     const int64_t at[4] = {n, c0 + c, ih, lo};
-    const float* src = x.at<const float>(at);  // input column lo
-    if (g.stride_w == 1 && step == 1) {
-      std::memcpy(dst + (lo + g.pad_w - col0), src, sizeof(float) * static_cast<size_t>(hi - lo));
-      continue;
-    }
-    int64_t split_begin = 0, split_end = 0;  // entries j already written to both phases
-    if (g.stride_w == 2 && step == 1)
-      deinterleave(g, col0, lo, hi, src, dst, phase_len, split_begin, split_end);
-    // Phase r holds padded columns col0 + r + stride_w j: input columns from the first such
-    // column >= lo, every stride_w-th.
-    for (int64_t r = 0; r < g.stride_w; ++r) {
-      const int64_t first = col0 - g.pad_w + r;  // input column of entry 0
-      const int64_t j_begin = first >= lo ? 0 : (lo - first + g.stride_w - 1) / g.stride_w;
-      float* phase = dst + r * phase_len;
-      for (int64_t j = j_begin, col = first + j_begin * g.stride_w; col < hi;
-           ++j, col += g.stride_w) {
-        if (j == split_begin && split_end > split_begin) {  // skip what deinterleave wrote
-          col += (split_end - j) * g.stride_w;
-          j = split_end;
-          if (col >= hi) break;
-        }
-        phase[j] = src[(col - lo) * step];
-      }
-    }
+    scatter_phases(x.at<const float>(at), x.strides[3], lo, hi, first, g.stride_w, dst, phase_len, &pairs_sse);
   }
 }
 

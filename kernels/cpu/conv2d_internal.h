@@ -64,6 +64,16 @@ struct MicroTable {
 
 const MicroTable& portable_micro_table();
 
+// even[i] = src[2 i], odd[i] = src[2 i + 1] for i < pairs.
+using PairsFn = void (*)(const float* src, int64_t pairs, float* even, float* odd);
+// Input columns [lo, hi) of one row (src: column lo, elements `step` floats apart) into the
+// phases of a packed row of stride `stride` (the layout of ConvTile, and of the Winograd
+// kernel's stride-2 spans): phase r at dst + r * phase_len, its entry j holding column first + r
+// + stride j (first <= lo). Entries of columns outside [lo, hi) keep what they hold. A stride-2
+// row of contiguous columns goes through `pairs` (the caller's instruction set).
+void scatter_phases(const float* src, int64_t step, int64_t lo, int64_t hi, int64_t first, int64_t stride,
+                    float* dst, int64_t phase_len, PairsFn pairs);
+
 // The Winograd F(2x2, 3x3) or F(2x2, 5x5) kernel (conv2d_winograd.cc) for a 3x3 or 5x5 f32 conv
 // of stride 1, dilation 1, one group and at least 8 input and output channels, with AVX2 or
 // AVX-512; nullptr otherwise.

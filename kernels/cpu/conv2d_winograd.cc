@@ -47,7 +47,7 @@ struct WinogradOps {
   int lanes = 8;
   int ocb = 1;           // output channels per gemm call
   int gemm_vectors = 2;  // the most vectors of tiles per gemm call (2 or 3)
-  void (*deinterleave)(const float* src, int64_t pairs, float* even, float* odd) = nullptr;
+  PairsFn deinterleave = nullptr;  // stride-2 spans (scatter_phases)
   // [0]: F(2, 3), [1]: F(2, 5).
   void (*input_transform[2])(const float* const* rows, int64_t phase_len, int64_t vectors, float* v,
                              int64_t xi_stride) = {};
@@ -264,20 +264,8 @@ void pack_rows(const WinogradOps& ops, const Geometry& g, const KernelInput& x, 
     if (ih < row_lo || ih >= row_hi) continue;
     for (int64_t c = 0; c < g.channels; ++c) {
       const int64_t at[4] = {n, c, ih, first + k_lo};
-      const float* src = x.at<const float>(at);  // span column k_lo
-      float* phase[2] = {rows + (r * g.channels + c) * 2 * kPhaseLen, nullptr};
-      phase[1] = phase[0] + kPhaseLen;
-      int64_t k = k_lo;
-      if (step == 1) {
-        if (k % 2 == 1) {
-          phase[1][k / 2] = src[0];
-          ++k;
-        }
-        const int64_t pairs = (k_hi - k) / 2;
-        ops.deinterleave(src + (k - k_lo), pairs, phase[0] + k / 2, phase[1] + k / 2);
-        k += 2 * pairs;
-      }
-      for (; k < k_hi; ++k) phase[k % 2][k / 2] = src[(k - k_lo) * step];
+      scatter_phases(x.at<const float>(at), step, first + k_lo, first + k_hi, first, 2,
+                     rows + (r * g.channels + c) * 2 * kPhaseLen, kPhaseLen, ops.deinterleave);
     }
   }
 }
