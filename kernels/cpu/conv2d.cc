@@ -82,8 +82,26 @@ void fill_table(MicroFn* fns, std::index_sequence<kIndex...>) {
    ...);
 }
 
+// even[i] = src[2 i], odd[i] = src[2 i + 1] (PairsFn): four pairs at a time with SSE shuffles
+// (x86-64 baseline), the portable table's.
+void pairs_sse(const float* src, int64_t pairs, float* even, float* odd) {
+  int64_t i = 0;
+#if defined(__SSE2__)
+  for (; i + 4 <= pairs; i += 4) {
+    const __m128 a = _mm_loadu_ps(src + 2 * i), b = _mm_loadu_ps(src + 2 * i + 4);
+    _mm_storeu_ps(even + i, _mm_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)));
+    _mm_storeu_ps(odd + i, _mm_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+  }
+#endif
+  for (; i < pairs; ++i) {
+    even[i] = src[2 * i];
+    odd[i] = src[2 * i + 1];
+  }
+}
+
 MicroTable make_table() {
   MicroTable table;
+  table.pairs = &pairs_sse;
   table.lanes = kLanes;
   table.max_channels = kMaxChannels;
   table.max_vectors = kMaxVectors;
@@ -196,27 +214,10 @@ Geometry geometry_of(const Conv2dAttrs& a, const Shape& x, const Shape& weight, 
   return g;
 }
 
-// even[i] = src[2 i], odd[i] = src[2 i + 1] (PairsFn): four pairs at a time with SSE shuffles
-// (x86-64 baseline).
-void pairs_sse(const float* src, int64_t pairs, float* even, float* odd) {
-  int64_t i = 0;
-#if defined(__SSE2__)
-  for (; i + 4 <= pairs; i += 4) {
-    const __m128 a = _mm_loadu_ps(src + 2 * i), b = _mm_loadu_ps(src + 2 * i + 4);
-    _mm_storeu_ps(even + i, _mm_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)));
-    _mm_storeu_ps(odd + i, _mm_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
-  }
-#endif
-  for (; i < pairs; ++i) {
-    even[i] = src[2 * i];
-    odd[i] = src[2 * i + 1];
-  }
-}
-
 // Packs input row `ih` (possibly in the padding) of channels [c0, c0 + in_per_group) of sample
 // `n` for output columns [ow0, ow0 + columns) into dst + c * channel_stride (layout in
 // conv2d_internal.h). Reads only inside the input box the needed rule names; the rest is zero.
-void pack_row(const Geometry& g, const TensorView& x, int64_t n, int64_t c0, int64_t ih,
+void pack_row(const Geometry& g, const MicroTable& table, const TensorView& x, int64_t n, int64_t c0, int64_t ih,
               int64_t ow0, int64_t columns, float* dst0, int64_t channel_stride) {
   const int64_t phase_len = g.phase_len(columns), row_stride = g.row_stride(columns);
   const int64_t first = ow0 * g.stride_w - g.pad_w;  // input column of phase 0, entry 0
@@ -230,7 +231,7 @@ void pack_row(const Geometry& g, const TensorView& x, int64_t n, int64_t c0, int
     std::memset(dst, 0, sizeof(float) * static_cast<size_t>(row_stride));
     if (!inside) continue;
     const int64_t at[4] = {n, c0 + c, ih, lo};
-    scatter_phases(x.at<const float>(at), x.strides[3], lo, hi, first, g.stride_w, dst, phase_len, &pairs_sse);
+    scatter_phases(x.at<const float>(at), x.strides[3], lo, hi, first, g.stride_w, dst, phase_len, table.pairs);
   }
 }
 
@@ -423,7 +424,7 @@ absl::Status conv2d_f32(const KernelArgs& args) {
               const int64_t slot = (ih + g.pad_h) % slots;
               row_offset[kh] = slot * row_stride;
               if (slot_row[slot] == ih) continue;
-              pack_row(g, x, n, group * g.in_per_group, ih, ow0, columns, rows + slot * row_stride,
+              pack_row(g, table, x, n, group * g.in_per_group, ih, ow0, columns, rows + slot * row_stride,
                        tile.channel_stride);
               slot_row[slot] = ih;
             }

@@ -51,10 +51,14 @@ inline Taps taps_of(int64_t kernel_w) {
                          : Taps::Any;
 }
 
+// even[i] = src[2 i], odd[i] = src[2 i + 1] for i < pairs.
+using PairsFn = void (*)(const float* src, int64_t pairs, float* even, float* odd);
+
 struct MicroTable {
   int lanes = 8;         // floats per vector
   int max_channels = 1;  // largest ocb
   int max_vectors = 1;   // largest wv
+  PairsFn pairs = nullptr;  // the instruction set's pair split (stride-2 input rows)
   // fns[taps][(ocb - 1) * max_vectors + (wv - 1)]
   MicroFn fns[4][kMaxBlockChannels * 4] = {};
   MicroFn at(Taps taps, int ocb, int wv) const {
@@ -64,8 +68,6 @@ struct MicroTable {
 
 const MicroTable& portable_micro_table();
 
-// even[i] = src[2 i], odd[i] = src[2 i + 1] for i < pairs.
-using PairsFn = void (*)(const float* src, int64_t pairs, float* even, float* odd);
 // Input columns [lo, hi) of one row (src: column lo, elements `step` floats apart) into the
 // phases of a packed row of stride `stride` (the layout of ConvTile, and of the Winograd
 // kernel's stride-2 spans): phase r at dst + r * phase_len, its entry j holding column first + r
@@ -86,6 +88,9 @@ std::shared_ptr<const void> winograd_prepare(const Graph& graph, const Node& nod
 #if defined(__x86_64__)
 const MicroTable& avx2_micro_table();
 const MicroTable& avx512_micro_table();
+// The Winograd kernels' pair splits (conv2d_winograd.cc), which the direct kernel's tables share.
+PairsFn avx2_pairs();
+PairsFn avx512_pairs();
 #endif
 
 }  // namespace tessera::cpu::conv

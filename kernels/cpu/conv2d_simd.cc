@@ -83,12 +83,20 @@ inline void store_partial(float* p, Vec v, int64_t n) {
 TESSERA_AVX512_END
 
 const MicroTable& avx2_micro_table() {
-  static const MicroTable table = avx2::make_table();
+  static const MicroTable table = [] {
+    MicroTable t = avx2::make_table();
+    t.pairs = avx2_pairs();
+    return t;
+  }();
   return table;
 }
 
 const MicroTable& avx512_micro_table() {
-  static const MicroTable table = avx512::make_table();
+  static const MicroTable table = [] {
+    MicroTable t = avx512::make_table();
+    t.pairs = avx512_pairs();
+    return t;
+  }();
   return table;
 }
 

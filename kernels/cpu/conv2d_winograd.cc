@@ -358,6 +358,11 @@ const WinogradOps& avx512_ops() {
 
 }  // namespace
 
+#if defined(__x86_64__)
+PairsFn avx2_pairs() { return avx2_ops().deinterleave; }
+PairsFn avx512_pairs() { return avx512_ops().deinterleave; }
+#endif
+
 KernelFn winograd_kernel(const Graph& graph, const Node& node, Isa isa) {
   if (!eligible(graph, node)) return nullptr;
   const bool five = graph.node(node.inputs[1]).shape[2] == 5;
