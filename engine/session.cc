@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/op_def.h"
+#include "engine/prefetch.h"
 #include "engine/session_internal.h"
 #include "planner/fold.h"
 #include "planner/fuse.h"
@@ -364,7 +365,14 @@ void GraphSession::write(std::string_view input, const Box& box, std::span<const
   if (write_log_.size() == kWriteLogSize) write_log_.erase(write_log_.begin());
   write_log_.push_back({sequence, absl::StrCat("write #", sequence, " to '", std::string(input), "' ", box.to_string())});
   propagate_dirt(*graph_, id, box, dirt_scratch_);
-  for (NodeId k : dirt_scratch_.touched) {
+  const std::vector<NodeId>& touched = dirt_scratch_.touched;
+  for (size_t j = 0; j < touched.size(); ++j) {
+    if (j + kPrefetchAhead < touched.size() && kept_[static_cast<size_t>(touched[j + kPrefetchAhead])]) {
+      const size_t ahead = static_cast<size_t>(touched[j + kPrefetchAhead]);
+      prefetch_object(&dirt_scratch_.dirty[ahead], sizeof(Region));
+      prefetch_object(&valid_[ahead], sizeof(Region));
+    }
+    const NodeId k = touched[j];
     // Transient values hold nothing valid between reads (reset_transients), and dirt reaches no
     // fixed node but the input written: only kept values can lose validity.
     if (!kept_[static_cast<size_t>(k)]) continue;

@@ -8,6 +8,7 @@
 #include "backends/cpu/host_backend.h"
 #include "backends/registry.h"
 #include "engine/op_def.h"
+#include "engine/prefetch.h"
 #include "engine/session.h"
 #include "engine/session_internal.h"
 #include "planner/passes.h"
@@ -111,6 +112,11 @@ void GraphSession::execute(const Plan& plan, std::span<const Step> steps, bool c
   // Every step's output view first (kept buffers, arena offsets), then every step's inputs.
   size_t total_inputs = 0;
   for (size_t i = 0; i < steps.size(); ++i) {
+    if (i + kPrefetchAhead < steps.size()) {
+      const NodeId ahead = steps[i + kPrefetchAhead].node;
+      prefetch_object(&graph_->node(ahead), sizeof(Node));
+      prefetch_object(&values_[static_cast<size_t>(ahead)], sizeof(Value));
+    }
     const Step& step = steps[i];
     const PlanStep& ps = plan.steps[i];  // the arena placement; the kernel is in plan.prepared
     const Node& n = graph_->node(step.node);
@@ -146,6 +152,8 @@ void GraphSession::execute(const Plan& plan, std::span<const Step> steps, bool c
   // Steps before a failed one completed: their values are valid.
   const size_t done = status.ok() ? steps.size() : failed;
   for (size_t i = 0; i < done; ++i) {
+    if (i + kPrefetchAhead < done && kept_[static_cast<size_t>(steps[i + kPrefetchAhead].node)])
+      prefetch_object(&valid_[static_cast<size_t>(steps[i + kPrefetchAhead].node)], sizeof(Region));
     const Step& step = steps[i];
     for (const Box& b : step.compute.boxes()) {
       if (count && to_user_[static_cast<size_t>(step.node)] >= 0) {
