@@ -91,7 +91,7 @@ TEST_CASE("device: random graphs on a device with a host fallback equal the refe
   CHECK(device_only_reads > 0);
 }
 
-TEST_CASE("device: a constant crosses once; a one-row write moves one row") {
+TEST_CASE("device: a constant crosses once, a one-row write moves one row") {
   PluginPath path;
   Graph g;
   const int64_t rows = 8, k = 16, n = 12;
@@ -129,7 +129,7 @@ TEST_CASE("device: a constant crosses once; a one-row write moves one row") {
   for (size_t i = 0; i < want.size(); ++i) CHECK(again[i] == doctest::Approx(want[i]).epsilon(1e-5));
 }
 
-TEST_CASE("device: a device backend needs a host fallback; bad configurations are Errors") {
+TEST_CASE("device: a device backend needs a host fallback, bad configurations are Errors") {
   PluginPath path;
   Graph g;
   g.output("y", exp(g.input("x", {2, 3}, DType::F32)));

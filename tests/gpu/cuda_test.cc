@@ -150,11 +150,11 @@ TEST_CASE("cuda: strided views through the backend interface match the reference
 
 TEST_CASE("cuda: random graphs, incremental reads bitwise equal to a fresh session") { gpu_testing::random_graphs(kCuda); }
 
-TEST_CASE("cuda: kernels compile once per source and device; a warm backend compiles nothing") { gpu_testing::kernel_cache(kCuda); }
+TEST_CASE("cuda: kernels compile once per source and device, a warm backend compiles nothing") { gpu_testing::kernel_cache(kCuda); }
 
-TEST_CASE("cuda: tiled f32 matmul and linear match the reference; sub-boxes bitwise equal") { gpu_testing::tiled_f32(kCuda); }
+TEST_CASE("cuda: tiled f32 matmul and linear match the reference, sub-boxes bitwise equal") { gpu_testing::tiled_f32(kCuda); }
 
-TEST_CASE("cuda: linear with every quantised weight type matches the reference; sub-boxes bitwise equal") {
+TEST_CASE("cuda: linear with every quantised weight type matches the reference, sub-boxes bitwise equal") {
   gpu_testing::quantised_linear(kCuda);
 }
 

@@ -16,11 +16,11 @@ TEST_CASE("opencl: strided views through the backend interface match the referen
 
 TEST_CASE("opencl: random graphs, incremental reads bitwise equal to a fresh session") { random_graphs(kOpenCl); }
 
-TEST_CASE("opencl: kernels compile once per source and device; a warm backend compiles nothing") { kernel_cache(kOpenCl); }
+TEST_CASE("opencl: kernels compile once per source and device, a warm backend compiles nothing") { kernel_cache(kOpenCl); }
 
-TEST_CASE("opencl: tiled f32 matmul and linear match the reference; sub-boxes bitwise equal") { tiled_f32(kOpenCl); }
+TEST_CASE("opencl: tiled f32 matmul and linear match the reference, sub-boxes bitwise equal") { tiled_f32(kOpenCl); }
 
-TEST_CASE("opencl: linear with every quantised weight type matches the reference; sub-boxes bitwise equal") {
+TEST_CASE("opencl: linear with every quantised weight type matches the reference, sub-boxes bitwise equal") {
   quantised_linear(kOpenCl);
 }
 

@@ -17,11 +17,11 @@ TEST_CASE("vulkan: strided views through the backend interface match the referen
 
 TEST_CASE("vulkan: random graphs, incremental reads bitwise equal to a fresh session") { random_graphs(kVulkan); }
 
-TEST_CASE("vulkan: shaders compile once per source and device; a warm backend compiles nothing") { kernel_cache(kVulkan); }
+TEST_CASE("vulkan: shaders compile once per source and device, a warm backend compiles nothing") { kernel_cache(kVulkan); }
 
-TEST_CASE("vulkan: tiled f32 matmul and linear match the reference; sub-boxes bitwise equal") { tiled_f32(kVulkan); }
+TEST_CASE("vulkan: tiled f32 matmul and linear match the reference, sub-boxes bitwise equal") { tiled_f32(kVulkan); }
 
-TEST_CASE("vulkan: linear with every quantised weight type matches the reference; sub-boxes bitwise equal") {
+TEST_CASE("vulkan: linear with every quantised weight type matches the reference, sub-boxes bitwise equal") {
   quantised_linear(kVulkan);
 }
 
@@ -58,7 +58,7 @@ TEST_CASE("vulkan: NaN and infinities follow the reference (minimum, maximum, po
   }
 }
 
-TEST_CASE("vulkan: views deep in buffers larger than one binding; launches of more items than work groups") {
+TEST_CASE("vulkan: views deep in buffers larger than one binding, launches of more items than work groups") {
   Env env;
   std::unique_ptr<Backend> backend = open_backend("vulkan");
   if (backend == nullptr) return;
