@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "bench/profile_table.h"
 #include "engine/session.h"
 #include "loaders/rdn.h"
 #include "loaders/taesd.h"
@@ -97,10 +98,12 @@ struct NetRun {
   int64_t full_fallback = 0, edit_fallback = 0;  // steps on the CPU fallback (device backends)
 
   // `backend`: a backend name, or "" for the default CPU backend.
-  NetRun(const Net& n, const std::string& models, int threads, const std::string& backend = "") : net(n) {
+  NetRun(const Net& n, const std::string& models, int threads, const std::string& backend = "", bool profile = false)
+      : net(n) {
     graph = n.build(models + "/" + n.file, n.shape);
     SessionOptions options;
     options.threads = threads;
+    options.profile = profile;
     options.backend_name = backend;
     options.hints = {{n.input, InputHint::Kind::Edits}};
     session = std::make_unique<GraphSession>(*graph, std::move(options));
@@ -174,16 +177,19 @@ struct Options {
   std::vector<int> threads = {1, 2};
   std::string only, models, backend;
   bool peer = true;
+  bool profile = false;  // --profile: per-op times of a full forward and an edit, no peer
 };
 
 void print_usage(std::FILE* f) {
   std::fprintf(f,
                "usage: convnet_bench [--rounds R] [--reps K] [--threads LIST] [--only TEXT] "
-               "[--no-peer] [--models DIR] [--backend NAME]\n"
+               "[--no-peer] [--models DIR] [--backend NAME] [--profile]\n"
                "Times the TAEF2 encoder/decoder and the RDN x2 upscaler (full forward and a small "
                "edit)\nthrough a GraphSession, beside PyTorch (bench/peer_torch_convnets.py) when "
                ".venv/bin/python exists,\nand with --backend NAME on that backend too (opencl, vulkan, "
-               "cuda: plugins on TESSERA_BACKEND_PATH).\n");
+               "cuda: plugins on TESSERA_BACKEND_PATH).\n"
+               "--profile: instead, the time per op (SessionOptions::profile) of each net's full forward and\n"
+               "edit on the first thread count, averaged over --reps runs after a warm-up; no peer.\n");
 }
 
 bool parse(int argc, char** argv, Options& o) {
@@ -196,6 +202,8 @@ bool parse(int argc, char** argv, Options& o) {
       std::exit(0);
     } else if (arg == "--no-peer") {
       o.peer = false;
+    } else if (arg == "--profile") {
+      o.profile = true;
     } else if (takes_value && i + 1 < argc) {
       const char* v = argv[++i];
       if (arg == "--rounds") o.rounds = std::max(1, std::atoi(v));
@@ -233,6 +241,26 @@ int main(int argc, char** argv) {
   for (Net& n : all_nets())
     if (options.only.empty() || n.name.find(options.only) != std::string::npos)
       nets.push_back(std::move(n));
+  if (options.profile) {
+    try {
+      for (const Net& n : nets) {
+        NetRun run(n, options.models, options.threads.front(), options.backend, /*profile=*/true);
+        for (const bool edit : {false, true}) {
+          run.session->clear_profile();
+          double seconds = 0;
+          for (int rep = 0; rep < options.reps; ++rep) seconds += edit ? run.time_edit() : run.time_full();
+          std::printf("%s, %d thread(s), %s: %.2f ms a run, %lld elements computed\n", n.name.c_str(),
+                      options.threads.front(), edit ? "edit" : "full forward", seconds / options.reps * 1e3,
+                      static_cast<long long>(edit ? run.edit_elements : run.full_elements));
+          bench::print_profile(run.session->stats().profile, options.reps, "run");
+        }
+      }
+    } catch (const Error& e) {
+      std::fprintf(stderr, "error: %s\n", e.what());
+      return 1;
+    }
+    return 0;
+  }
   const bool peer = options.peer && access(".venv/bin/python", X_OK) == 0;
   const bool on_device = !options.backend.empty();
   if (on_device && std::getenv("TESSERA_BACKEND_PATH") == nullptr) setenv("TESSERA_BACKEND_PATH", TESSERA_PLUGIN_DIR, 1);

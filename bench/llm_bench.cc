@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "bench/profile_table.h"
 #include "loaders/llm.h"
 #include "loaders/tokenizer.h"
 
@@ -450,16 +451,7 @@ int decode_only(const Options& options) {
                   path.c_str(), options.threads.front(), options.decode_only, static_cast<long long>(context), rate(seconds, 1),
                   median_of(overheads.plan) * 1e6, median_of(overheads.write) * 1e6);
       if (!options.profile) continue;
-      std::vector<std::pair<std::string, OpProfile>> ops(s->stats().profile.begin(), s->stats().profile.end());
-      std::sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
-      double total = 0;
-      for (const auto& [name, op] : ops) total += op.seconds;
-      std::printf("  %-28s %8s %12s %12s %6s\n", "op", "steps", "us per token", "us per step", "share");
-      for (const auto& [name, op] : ops)
-        std::printf("  %-28s %8.1f %12.1f %12.2f %5.1f%%\n", name.c_str(), static_cast<double>(op.steps) / options.decode_only,
-                    op.seconds / options.decode_only * 1e6, op.seconds / static_cast<double>(op.steps) * 1e6,
-                    100 * op.seconds / total);
-      std::printf("  %-28s %8s %12.1f\n", "all steps", "", total / options.decode_only * 1e6);
+      bench::print_profile(s->stats().profile, options.decode_only, "token");
     }
   } catch (const Error& e) {
     std::fprintf(stderr, "llm_bench: %s\n", e.what());
