@@ -36,6 +36,9 @@ enum class BinaryFn : int64_t {
 enum class ReduceFn : int64_t { Sum, Mean, Max, Min, Prod, Argmax, Argmin, Count };
 enum class PoolKind : int64_t { Max, Avg };
 enum class RopeMode : int64_t { HalfSplit, Interleaved };
+// conv2d's residual epilogue (Conv2dAttrs::residual): none, conv + residual, residual + conv
+// (the order of the add the conv stands for).
+enum class ConvResidual : int64_t { None, ConvFirst, ResidualFirst };
 enum class RandDist : int64_t { Uniform, Normal };
 
 // Lower-case names ("exp", "add", "sum"); "?" for values outside the enum.
@@ -176,11 +179,24 @@ struct RopeAttrs {
   double freq_scale = 1.0;
   TESSERA_ATTRS(RopeAttrs, n_rot, base, mode, freq_scale);
 };
-// Also the public parameter struct of conv2d (Conv2dParams). Bias presence is the input count.
+// Also the public parameter struct of conv2d (Conv2dParams). Inputs: x, weight, the bias when
+// present, then the residual when `residual` is set (bias presence is the input count).
+// The epilogue makes conv2d a composite (its decomposition: the plain conv, then a binary add of
+// the residual in the given operand order, then unary relu): y = conv + bias, y = y + residual
+// (or residual + y), y = relu(y), each rounded to the dtype as the separate ops would be. The
+// fusion pass folds a user's relu(conv(...) + skip) into it (planner/fuse_patterns.cc).
 struct Conv2dAttrs {
   int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dilation_h = 1, dilation_w = 1,
           groups = 1;
-  TESSERA_ATTRS(Conv2dAttrs, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups);
+  ConvResidual residual = ConvResidual::None;
+  bool relu = false;
+  TESSERA_ATTRS(Conv2dAttrs, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups, residual, relu);
+  // Of a node with `inputs` inputs: whether the bias is present, and the residual's index (-1: none).
+  bool has_bias(size_t inputs) const { return inputs == (residual != ConvResidual::None ? 4u : 3u); }
+  int residual_input(size_t inputs) const {
+    return residual != ConvResidual::None ? static_cast<int>(inputs) - 1 : -1;
+  }
+  bool has_epilogue() const { return residual != ConvResidual::None || relu; }
 };
 struct Pool2dAttrs {
   PoolKind kind = PoolKind::Max;
@@ -417,9 +433,12 @@ Tensor group_norm(Tensor x, int64_t groups, Tensor weight, Tensor bias, double e
 Tensor rope(Tensor x, Tensor positions, int64_t n_rot, double base, RopeMode mode,
             double freq_scale = 1.0);
 // x [N, C, H, W], weight [O, C / groups, KH, KW], bias [O] optional (pass Tensor{}); zero
-// padding, float inputs of one dtype.
+// padding, float inputs of one dtype. params.relu applies relu to the result; the second form
+// adds `residual` (the output's shape and dtype) before it, in the order params.residual names
+// (None means ConvFirst there). The first form throws when params.residual is set.
 using Conv2dParams = Conv2dAttrs;
 Tensor conv2d(Tensor x, Tensor weight, Tensor bias, const Conv2dParams& params = {});
+Tensor conv2d(Tensor x, Tensor weight, Tensor bias, Tensor residual, Conv2dParams params);
 // x [N, C, H, W] float, square window, padding in [0, kernel); max ignores padding, average
 // pooling counts it (count_include_pad).
 Tensor pool2d(Tensor x, PoolKind kind, int64_t kernel, int64_t stride, int64_t padding = 0);

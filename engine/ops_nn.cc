@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "engine/op_def.h"
@@ -78,14 +79,18 @@ void set_empty(const Graph& g, const Node& node, std::span<Box> inputs) {
 
 }  // namespace
 
-// ---- conv2d(x [N, C, H, W], weight [O, C / groups, KH, KW], bias [O] optional) -> [N, O, OH, OW]
-// Conv2dAttrs {stride, pad, dilation (h and w), groups}; bias present with 3 inputs; zero padding;
+// ---- conv2d(x [N, C, H, W], weight [O, C / groups, KH, KW], bias [O] optional, residual
+// [N, O, OH, OW] optional) -> [N, O, OH, OW]
+// Conv2dAttrs {stride, pad, dilation (h and w), groups, residual, relu}; bias present with 3
+// inputs (4 with a residual); zero padding;
 // OH = floor((H + 2 pad_h - dil_h (KH - 1) - 1) / stride_h) + 1 (same for OW). Output channel o
 // reads the input channels of its group, o / (O / groups). The kernel accumulates in double in
 // the order (c, kh, kw), then adds the bias.
 // Rules: spatial dirt spreads over the receptive field (the smallest interval of outputs with a
 // tap inside the dirt), channel dirt over every output channel of the groups it touches; a dirty
-// weight or bias row dirties that output channel everywhere.
+// weight or bias row dirties that output channel everywhere. The epilogue (Conv2dAttrs) is
+// elementwise: residual dirt is output dirt at the same place, an output box needs the same box
+// of the residual.
 namespace {
 
 struct ConvGeometry {
@@ -110,6 +115,10 @@ ConvGeometry conv_geometry(const Graph& g, const Node& node) {
 void conv2d_forward(const Graph& g, const Node& node, int input, const Box& dirty, Region& out) {
   if (dirty.empty()) return;
   const Shape& s = node.shape;
+  if (input == node.attrs_as<Conv2dAttrs>().residual_input(node.inputs.size())) {
+    out.add(dirty);
+    return;
+  }
   if (input != 0) {  // weight or bias: dim 0 is the output channel
     out.add(Box{{0, s[0]}, dirty[0], {0, s[2]}, {0, s[3]}});
     return;
@@ -133,12 +142,20 @@ void conv2d_needed(const Graph& g, const Node& node, const Box& out, std::span<B
                   window_needed(out[2], c.h, x[2]),
                   window_needed(out[3], c.w, x[3])};
   inputs[1] = Box{out[1], {0, weight[1]}, {0, weight[2]}, {0, weight[3]}};
-  if (inputs.size() > 2) inputs[2] = Box{out[1]};
+  const Conv2dAttrs& a = node.attrs_as<Conv2dAttrs>();
+  if (a.has_bias(inputs.size())) inputs[2] = Box{out[1]};
+  if (const int r = a.residual_input(inputs.size()); r >= 0) inputs[static_cast<size_t>(r)] = out;
 }
 
 void conv2d_infer(const Graph& g, Node& node) {
   const Conv2dAttrs& a = node.attrs_as<Conv2dAttrs>();
-  const bool has_bias = node.inputs.size() == 3;
+  if (a.residual != ConvResidual::None && a.residual != ConvResidual::ConvFirst && a.residual != ConvResidual::ResidualFirst)
+    fail("conv2d", "unknown residual order");
+  if (a.residual != ConvResidual::None && node.inputs.size() < 3)
+    fail("conv2d", "a residual epilogue needs the residual as the last input");
+  if (a.residual == ConvResidual::None && node.inputs.size() > 3)
+    fail("conv2d", "4 inputs need a residual epilogue (Conv2dAttrs::residual)");
+  const bool has_bias = a.has_bias(node.inputs.size());
   const Node& x = input_node(g, node, 0);
   const Node& weight = input_node(g, node, 1);
   if (x.rank() != 4)
@@ -182,6 +199,27 @@ void conv2d_infer(const Graph& g, Node& node) {
     fail("conv2d", absl::StrCat("input ", shape_string(x.shape), " too small for the kernel"));
   node.shape = Shape{x.shape[0], weight.shape[0], oh, ow};
   node.dtype = x.dtype;
+  if (const int r = a.residual_input(node.inputs.size()); r >= 0) {
+    const Node& residual = input_node(g, node, r);
+    if (residual.dtype != x.dtype || residual.shape != node.shape)
+      fail("conv2d", absl::StrCat("residual must be ", dtype_name(x.dtype), " ", shape_string(node.shape), ", got ",
+                                  dtype_name(residual.dtype), " ", shape_string(residual.shape)));
+  }
+}
+
+// The epilogue written out: the plain conv, the residual's add, relu. A plain conv has none.
+Tensor conv2d_decompose(std::span<const Tensor> inputs, const Node& node) {
+  const Conv2dAttrs& a = node.attrs_as<Conv2dAttrs>();
+  if (!a.has_epilogue()) return Tensor{};
+  Conv2dAttrs plain = a;
+  plain.residual = ConvResidual::None;
+  plain.relu = false;
+  Tensor y = conv2d(inputs[0], inputs[1], a.has_bias(inputs.size()) ? inputs[2] : Tensor{}, plain);
+  if (const int r = a.residual_input(inputs.size()); r >= 0) {
+    const Tensor residual = inputs[static_cast<size_t>(r)];
+    y = a.residual == ConvResidual::ConvFirst ? add(y, residual) : add(residual, y);
+  }
+  return a.relu ? relu(y) : y;
 }
 
 }  // namespace
@@ -190,23 +228,39 @@ std::string Conv2dAttrs::to_string() const {
   const bool dilated = dilation_h != 1 || dilation_w != 1;
   return absl::StrCat("conv2d{stride=", stride_h, "x", stride_w, ",pad=", pad_h, "x", pad_w,
                       dilated ? absl::StrCat(",dilation=", dilation_h, "x", dilation_w) : "",
-                      ",groups=", groups, "}");
+                      ",groups=", groups,
+                      residual == ConvResidual::ConvFirst       ? ",+residual"
+                      : residual == ConvResidual::ResidualFirst ? ",residual+"
+                                                                : "",
+                      relu ? ",relu" : "", "}");
 }
 
 const OpDef kConv2dDef{
     .name = "conv2d",
     .min_inputs = 2,
-    .max_inputs = 3,
+    .max_inputs = 4,
     .infer = conv2d_infer,
     .forward = conv2d_forward,
     .needed = conv2d_needed,
+    .decompose = conv2d_decompose,
 };
 
 Tensor conv2d(Tensor x, Tensor weight, Tensor bias, const Conv2dParams& p) {
+  if (p.residual != ConvResidual::None)
+    fail("conv2d", "a residual epilogue takes the residual tensor (the conv2d overload with `residual`)");
   Graph& g = builder_graph("conv2d", {{"x", x}, {"weight", weight}, {"bias", bias, true}});
   const bool has_bias = bias.graph != nullptr;
   Tensor in[] = {x, weight, bias};
   return g.add_node(std::span<const Tensor>(in, has_bias ? 3 : 2), p);
+}
+
+Tensor conv2d(Tensor x, Tensor weight, Tensor bias, Tensor residual, Conv2dParams p) {
+  Graph& g = builder_graph("conv2d", {{"x", x}, {"weight", weight}, {"bias", bias, true}, {"residual", residual}});
+  if (p.residual == ConvResidual::None) p.residual = ConvResidual::ConvFirst;
+  std::vector<Tensor> in = {x, weight};
+  if (bias.graph != nullptr) in.push_back(bias);
+  in.push_back(residual);
+  return g.add_node(in, p);
 }
 
 // ---- pool2d(x [N, C, H, W] float) -> [N, C, OH, OW] ----------------------------------------

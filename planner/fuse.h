@@ -1,6 +1,7 @@
 // Pass "fuse": rewrites the execution graph so that more of it runs as fused kernels.
 //   (a) patterns: a composite op written out of primitives by a user (softmax, log_softmax,
-//       rms_norm, silu, gelu, attention, ...) is recognised and replaced by the composite, whose
+//       rms_norm, silu, gelu, attention, conv2d's relu / residual epilogue, ...) is recognised
+//       and replaced by the composite, whose
 //       kernel and region rules are fused and exact. A candidate is accepted only when the
 //       user's subgraph is node for node the composite's own decomposition (engine/op_def.h
 //       `decompose`), with equal attributes and equal constants (by value).

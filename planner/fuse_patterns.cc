@@ -7,7 +7,7 @@
 // decomposition (the softmax inside attention, the sigmoid inside silu) matches either that op
 // or, expanded, its own decomposition. Roots are tried from the last node back, so the largest
 // composite wins (rms_norm with its weight, not rms_norm without it times the weight); the
-// nodes a match covers are not tried as roots again.
+// nodes a match covers are not tried as roots again. Roots are binary ops, permutes and relu.
 #include <algorithm>
 #include <cstring>
 #include <functional>
@@ -29,7 +29,13 @@ struct Candidate {
 
 class View {
  public:
-  explicit View(const Graph& g) : g_(g) {}
+  explicit View(const Graph& g) : g_(g), readers_(static_cast<size_t>(g.size()), 0) {
+    for (NodeId id = 0; id < g.size(); ++id)
+      for (NodeId in : g.node(id).inputs) readers_[static_cast<size_t>(in)] += 1;
+    for (const auto& [name, id] : g.outputs()) readers_[static_cast<size_t>(id)] += 1;  // read by the user
+  }
+  // Readers of a node's value: consumers, and the user when it is an output.
+  int readers(NodeId id) const { return id >= 0 ? readers_[static_cast<size_t>(id)] : 0; }
   const Node& node(NodeId id) const { return g_.node(id); }
   NodeId in(NodeId id, size_t i) const {
     if (id < 0) return -1;
@@ -64,6 +70,7 @@ class View {
 
  private:
   const Graph& g_;
+  std::vector<int> readers_;
 };
 
 // ---- candidates, by the kind of the subgraph's last node ----------------------------------
@@ -122,10 +129,42 @@ void at_mul(const View& v, NodeId root, std::vector<Candidate>& out) {
   normalised(v, a, {b}, true, false, out);
 }
 
+// conv2d's epilogue (Conv2dAttrs): `sum` (a binary add, or -1) of a plain conv and a residual,
+// `relu` whether relu follows. Only a conv (and add) read by nothing else: a value another
+// reader needs would be computed twice.
+void conv_epilogue(const View& v, NodeId root, NodeId sum, bool relu, std::vector<Candidate>& out) {
+  auto plain_conv = [&](NodeId id) {
+    return v.is(id, OpKind::Conv2d) && !v.node(id).attrs_as<Conv2dAttrs>().has_epilogue() && v.readers(id) == 1;
+  };
+  auto candidate = [&](NodeId conv, NodeId residual, ConvResidual order) {
+    Conv2dAttrs attrs = v.node(conv).attrs_as<Conv2dAttrs>();
+    attrs.residual = order;
+    attrs.relu = relu;
+    std::vector<NodeId> inputs(v.node(conv).inputs.begin(), v.node(conv).inputs.end());
+    if (residual >= 0) inputs.push_back(residual);
+    out.push_back({std::move(inputs), attrs});
+  };
+  if (sum < 0) {
+    if (const NodeId conv = v.in(root, 0); plain_conv(conv)) candidate(conv, -1, ConvResidual::None);
+    return;
+  }
+  if (sum != root && v.readers(sum) != 1) return;
+  const NodeId a = v.in(sum, 0), b = v.in(sum, 1);
+  if (plain_conv(a)) candidate(a, b, ConvResidual::ConvFirst);
+  if (plain_conv(b) && b != a) candidate(b, a, ConvResidual::ResidualFirst);
+}
+
 void at_add(const View& v, NodeId root, std::vector<Candidate>& out) {
   const NodeId y = v.in(root, 0), bias = v.in(root, 1);
   normalised(v, y, {bias}, false, true, out);
   if (v.binary(y, BinaryFn::Mul)) normalised(v, v.in(y, 0), {v.in(y, 1), bias}, true, true, out);
+  conv_epilogue(v, root, root, false, out);
+}
+
+// relu(conv) and relu(conv + residual) (either order): conv2d's epilogue.
+void at_relu(const View& v, NodeId root, std::vector<Candidate>& out) {
+  const NodeId x = v.in(root, 0);
+  conv_epilogue(v, root, v.binary(x, BinaryFn::Add) ? x : -1, true, out);
 }
 
 // permute(matmul(softmax(scores), v'), rows <-> heads) with scores = q' k'^T * scale, optionally
@@ -249,10 +288,14 @@ std::optional<Rewritten> fuse_patterns(const Graph& graph, FuseReport& report) {
   std::vector<NodeId> matched;
   for (NodeId id = graph.size() - 1; id >= 0; --id) {
     const Node& node = graph.node(id);
-    if (covered[static_cast<size_t>(id)] || (node.kind != OpKind::Binary && node.kind != OpKind::Permute)) continue;
+    const bool relu = node.kind == OpKind::Unary && node.attrs_as<UnaryAttrs>().fn == UnaryFn::Relu;
+    if (covered[static_cast<size_t>(id)] || (node.kind != OpKind::Binary && node.kind != OpKind::Permute && !relu))
+      continue;
     candidates.clear();
     if (node.kind == OpKind::Permute) {
       at_permute(v, id, candidates);
+    } else if (relu) {
+      at_relu(v, id, candidates);
     } else {
       switch (node.attrs_as<BinaryAttrs>().fn) {
         case BinaryFn::Div: at_div(v, id, candidates); break;

@@ -67,10 +67,19 @@ std::string conv2d(const Lang& l, const Node& node, int tile) {
                   "          const ", I, " w = wr + kw * s1[3];\n");
   for (int t = 0; t < tile; ++t) absl::StrAppend(&s, "          acc", t, " = acc", t, " + x * in1[wb", t, " + w];\n");
   absl::StrAppend(&s, "        }\n      }\n    }\n");
+  // The epilogue as the decomposition's kernels compute it: the residual added in float in the
+  // add's operand order, then relu.
+  const int residual = a.residual_input(node.inputs.size());
+  const std::string r = absl::StrCat("in", residual, "[at(in", residual, "_base, s", residual, ", idx)]");
   for (int t = 0; t < tile; ++t) {
+    const std::string acc = absl::StrCat("acc", t);
     absl::StrAppend(&s, "    if (o0 + ", t, " <= o_last) {\n      idx[1] = o0 + ", t, ";\n");
-    if (node.inputs.size() == 3) absl::StrAppend(&s, "      acc", t, " = acc", t, " + in2[at(in2_base, s2, idx)];\n");
-    absl::StrAppend(&s, "  ", store(l, absl::StrCat("acc", t)), "    }\n");
+    if (a.has_bias(node.inputs.size())) absl::StrAppend(&s, "      ", acc, " = ", acc, " + in2[at(in2_base, s2, idx)];\n");
+    if (residual >= 0)
+      absl::StrAppend(&s, "      ", acc, " = ", a.residual == ConvResidual::ConvFirst ? absl::StrCat(acc, " + ", r) : absl::StrCat(r, " + ", acc),
+                      ";\n");
+    if (a.relu) absl::StrAppend(&s, "      ", acc, " = ", unary_expr(*l.dialect, UnaryFn::Relu, acc), ";\n");
+    absl::StrAppend(&s, "  ", store(l, acc), "    }\n");
   }
   return s;
 }
@@ -286,7 +295,7 @@ bool nn_input_strides(const Node& node, int input, const KernelInput& view, int 
   };
   switch (node.kind) {
     case OpKind::Conv2d:
-      if (input < 2) return own();
+      if (input < 2 || input == node.attrs_as<Conv2dAttrs>().residual_input(node.inputs.size())) return own();
       l.strides[1] = stride(0);  // bias [O]: output channels
       return true;
     case OpKind::GroupNorm:

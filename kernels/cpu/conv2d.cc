@@ -72,6 +72,8 @@ void micro(const ConvTile& t, int64_t q0, int64_t count, float* out, int64_t out
     } else {
       for (int64_t i = 0; i < count; ++i) dst[i] = acc[j][i];
     }
+    if (t.relu)
+      for (int64_t i = 0; i < count; ++i) dst[i] = dst[i] > 0 ? dst[i] : 0.0f;
   }
 }
 
@@ -99,9 +101,19 @@ void pairs_sse(const float* src, int64_t pairs, float* even, float* odd) {
   }
 }
 
+void finish_rows(const float* src, int64_t count, const float* residual, bool residual_first, bool relu, float* dst) {
+  for (int64_t i = 0; i < count; ++i) {
+    float y = src[i];
+    if (residual != nullptr) y = residual_first ? residual[i] + y : y + residual[i];
+    if (relu) y = y > 0 ? y : 0.0f;
+    dst[i] = y;
+  }
+}
+
 MicroTable make_table() {
   MicroTable table;
   table.pairs = &pairs_sse;
+  table.finish = &finish_rows;
   table.lanes = kLanes;
   table.max_channels = kMaxChannels;
   table.max_vectors = kMaxVectors;
@@ -119,6 +131,25 @@ MicroTable make_table() {
 const MicroTable& portable_micro_table() {
   static const MicroTable table = portable::make_table();
   return table;
+}
+
+Epilogue::Epilogue(const Conv2dAttrs& attrs, std::span<const KernelInput> inputs, FinishFn rows)
+    : residual_first(attrs.residual == ConvResidual::ResidualFirst), relu(attrs.relu), rows(rows) {
+  if (const int r = attrs.residual_input(inputs.size()); r >= 0) residual = &inputs[static_cast<size_t>(r)];
+}
+
+void Epilogue::finish(const float* src, int64_t count, float* dst, int64_t dst_step, int64_t n, int64_t o, int64_t oh,
+                      int64_t ow) const {
+  const int64_t at[4] = {n, o, oh, ow};
+  const float* r = residual != nullptr ? residual->at<const float>(at) : nullptr;
+  const int64_t r_step = residual != nullptr ? residual->strides[3] : 0;
+  if (dst_step == 1 && (r == nullptr || r_step == 1)) return rows(src, count, r, residual_first, relu, dst);
+  for (int64_t i = 0; i < count; ++i) {
+    float y = src[i];
+    if (r != nullptr) y = residual_first ? r[i * r_step] + y : y + r[i * r_step];
+    if (relu) y = y > 0 ? y : 0.0f;
+    dst[i * dst_step] = y;
+  }
 }
 
 void scatter_phases(const float* src, int64_t step, int64_t lo, int64_t hi, int64_t first, int64_t stride,
@@ -276,7 +307,11 @@ void pack_weights(const Geometry& g, const MicroTable& table, const TensorView& 
 void compute_chunk(const KernelArgs& args, const MicroTable& table, ConvTile& tile, int64_t n,
                    int64_t oh, int64_t o_begin, int64_t o_end, int64_t ow0, int64_t columns,
                    const float* packed_weights, float* acc) {
-  const TensorView* bias = args.inputs.size() == 3 ? &args.inputs[2] : nullptr;
+  const Conv2dAttrs& attrs = args.node.attrs_as<Conv2dAttrs>();
+  const TensorView* bias = attrs.has_bias(args.inputs.size()) ? &args.inputs[2] : nullptr;
+  const conv::Epilogue epilogue(attrs, args.inputs, table.finish);
+  // Without a residual, relu is the micro-kernel's last step; with one, it follows the add.
+  tile.relu = attrs.relu && epilogue.residual == nullptr;
   const int64_t lanes = table.lanes;
   const conv::Taps taps = conv::taps_of(tile.kernel_w);
   const int64_t out_step = args.out.strides[3], out_channel_step = args.out.strides[1];
@@ -306,12 +341,20 @@ void compute_chunk(const KernelArgs& args, const MicroTable& table, ConvTile& ti
     float* out = args.out.at<float>(at);
     if (out_step == 1) {
       table.at(taps, ocb, wv)(tile, q0, count, out, out_channel_step);
+      if (epilogue.residual != nullptr)  // in place, while the block is in L1
+        for (int j = 0; j < ocb; ++j)
+          epilogue.finish(out + j * out_channel_step, count, out + j * out_channel_step, 1, n, o0 + j, oh, ow0 + q0);
       return;
     }
     table.at(taps, ocb, wv)(tile, q0, count, acc, conv::kMaxBlockPixels);
-    for (int j = 0; j < ocb; ++j)
+    for (int j = 0; j < ocb; ++j) {
+      if (epilogue.residual != nullptr) {
+        epilogue.finish(acc + j * conv::kMaxBlockPixels, count, out + j * out_channel_step, out_step, n, o0 + j, oh, ow0 + q0);
+        continue;
+      }
       for (int64_t i = 0; i < count; ++i)
         out[j * out_channel_step + i * out_step] = acc[j * conv::kMaxBlockPixels + i];
+    }
   };
   for (int64_t cb = 0, o0 = o_begin; cb < channel_blocks.count; o0 += channel_blocks.size(cb++))
     for (int64_t pb = 0, v0 = 0; pb < pixel_blocks.count; v0 += pixel_blocks.size(pb++))

@@ -10,7 +10,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 
+#include "engine/ops.h"
 #include "kernels/cpu/cpu_kernels.h"
 
 namespace tessera::cpu::conv {
@@ -35,6 +37,7 @@ struct ConvTile {
   int64_t weight_strides[4] = {};       // elements: o, c, kh, kw
   const float* bias = nullptr;          // bias[o0], nullptr without bias
   int64_t bias_stride = 0;
+  bool relu = false;                    // relu after the bias (the epilogue without a residual)
 };
 
 // Computes the block at pixel offset `q0` and writes acc (+ bias) of channel j < ocb, pixel
@@ -54,11 +57,17 @@ inline Taps taps_of(int64_t kernel_w) {
 // even[i] = src[2 i], odd[i] = src[2 i + 1] for i < pairs.
 using PairsFn = void (*)(const float* src, int64_t pairs, float* even, float* odd);
 
+// Epilogue::finish's rows with unit steps, in an instruction set's vectors: dst[i] =
+// relu?(src[i] (+ residual[i], in order)); residual may be nullptr, src may be dst.
+using FinishFn = void (*)(const float* src, int64_t count, const float* residual, bool residual_first, bool relu,
+                          float* dst);
+
 struct MicroTable {
   int lanes = 8;         // floats per vector
   int max_channels = 1;  // largest ocb
   int max_vectors = 1;   // largest wv
   PairsFn pairs = nullptr;  // the instruction set's pair split (stride-2 input rows)
+  FinishFn finish = nullptr;  // the instruction set's epilogue rows
   // fns[taps][(ocb - 1) * max_vectors + (wv - 1)]
   MicroFn fns[4][kMaxBlockChannels * 4] = {};
   MicroFn at(Taps taps, int ocb, int wv) const {
@@ -75,6 +84,23 @@ const MicroTable& portable_micro_table();
 // row of contiguous columns goes through `pairs` (the caller's instruction set).
 void scatter_phases(const float* src, int64_t step, int64_t lo, int64_t hi, int64_t first, int64_t stride,
                     float* dst, int64_t phase_len, PairsFn pairs);
+
+// Conv2dAttrs' epilogue for one kernel call: the residual view (nullptr: none), its order,
+// relu. Without a residual the kernels apply relu themselves, after the bias (ConvTile::relu,
+// the Winograd output transform); with one, finish() takes `count` outputs of one row holding conv + bias (src, contiguous) to dst
+// (`dst_step` floats apart; src may be dst when dst_step is 1) as the decomposition computes
+// them: y = y + r (or r + y) in float, then relu (y > 0 ? y : 0, NaN and -0 to +0). The output
+// at dst is element (n, o, oh, ow) of the conv; the residual's is read at the same index.
+struct Epilogue {
+  const TensorView* residual = nullptr;
+  bool residual_first = false;
+  bool relu = false;
+  FinishFn rows = nullptr;  // unit-step rows (the kernel's instruction set)
+
+  Epilogue(const Conv2dAttrs& attrs, std::span<const KernelInput> inputs, FinishFn rows);
+  void finish(const float* src, int64_t count, float* dst, int64_t dst_step, int64_t n, int64_t o, int64_t oh,
+              int64_t ow) const;
+};
 
 // The Winograd F(2x2, 3x3) or F(2x2, 5x5) kernel (conv2d_winograd.cc) for a 3x3 or 5x5 f32 conv
 // of stride 1, dilation 1, one group and at least 8 input and output channels, with AVX2 or

@@ -33,6 +33,9 @@ inline Vec fma(Vec a, Vec b, Vec c) {
 inline Vec add(Vec a, Vec b) {
   return _mm256_add_ps(a, b);
 }
+inline Vec relu0(Vec a) {
+  return _mm256_max_ps(a, _mm256_setzero_ps());  // the second operand for NaN and for two zeros
+}
 inline void store(float* p, Vec v) {
   _mm256_storeu_ps(p, v);
 }
@@ -68,6 +71,9 @@ inline Vec fma(Vec a, Vec b, Vec c) {
 }
 inline Vec add(Vec a, Vec b) {
   return _mm512_add_ps(a, b);
+}
+inline Vec relu0(Vec a) {
+  return _mm512_max_ps(a, _mm512_setzero_ps());  // the second operand for NaN and for two zeros
 }
 inline void store(float* p, Vec v) {
   _mm512_storeu_ps(p, v);

@@ -55,8 +55,10 @@ struct WinogradOps {
   using GemmFn = void (*)(const float* u, int64_t u_stride, const float* v, int64_t v_stride,
                           int64_t channels, float* m, int64_t m_stride);
   GemmFn gemm[3] = {};
-  void (*output_transform[2])(const float* m, int64_t xi_stride, int64_t vectors, const float* bias,
+  // Y = A^T M A + bias, then relu when `relu` (the epilogue without a residual).
+  void (*output_transform[2])(const float* m, int64_t xi_stride, int64_t vectors, const float* bias, bool relu,
                               float* const* out) = {};
+  FinishFn finish = nullptr;  // the direct kernel's table's, of the same instruction set
 };
 
 }  // namespace
@@ -89,6 +91,9 @@ inline Vec fma(Vec a, Vec b, Vec c) {
 }
 inline Vec add(Vec a, Vec b) {
   return _mm256_add_ps(a, b);
+}
+inline Vec relu0(Vec a) {
+  return _mm256_max_ps(a, _mm256_setzero_ps());  // NaN and -0 to +0, as unary relu
 }
 inline Vec sub(Vec a, Vec b) {
   return _mm256_sub_ps(a, b);
@@ -139,6 +144,9 @@ inline Vec fma(Vec a, Vec b, Vec c) {
 }
 inline Vec add(Vec a, Vec b) {
   return _mm512_add_ps(a, b);
+}
+inline Vec relu0(Vec a) {
+  return _mm512_max_ps(a, _mm512_setzero_ps());  // NaN and -0 to +0, as unary relu
 }
 inline Vec sub(Vec a, Vec b) {
   return _mm512_sub_ps(a, b);
@@ -279,9 +287,12 @@ absl::Status conv2d_winograd(const KernelArgs& args) {
   if (box.empty()) return absl::OkStatus();
   const WinogradOps& ops = kOps();
   const KernelInput& x = args.inputs[0];
-  const TensorView* bias = args.inputs.size() == 3 ? &args.inputs[2] : nullptr;
-  const Geometry g = geometry_of(x.shape, args.inputs[1].shape, args.node.shape,
-                                 args.node.attrs_as<Conv2dAttrs>());
+  const Conv2dAttrs& attrs = args.node.attrs_as<Conv2dAttrs>();
+  const TensorView* bias = attrs.has_bias(args.inputs.size()) ? &args.inputs[2] : nullptr;
+  const conv::Epilogue epilogue(attrs, args.inputs, ops.finish);
+  // Without a residual, relu is the last step of the output transform (no pass of its own).
+  const bool relu_in_transform = attrs.relu && epilogue.residual == nullptr;
+  const Geometry g = geometry_of(x.shape, args.inputs[1].shape, args.node.shape, attrs);
   ScratchCarver carver(args.scratch);
   const float* u = static_cast<const float*>(args.node.prepared);
   if (u == nullptr) {
@@ -327,7 +338,7 @@ absl::Status conv2d_winograd(const KernelArgs& args) {
           for (int64_t j = 0; j < ocb && o0 + j < box.end(1); ++j) {
             const int64_t o = o0 + j;
             ops.output_transform[kR / 5](m + j * kTiles, xi_m, vectors,
-                                         bias != nullptr ? bias->at<const float>(&o) : nullptr,
+                                         bias != nullptr ? bias->at<const float>(&o) : nullptr, relu_in_transform,
                                          out_row);
             for (int64_t r = 0; r < 2; ++r) {
               const int64_t oh = 2 * ty + r;
@@ -335,7 +346,9 @@ absl::Status conv2d_winograd(const KernelArgs& args) {
               const int64_t at[4] = {n, o, oh, ow_begin};
               float* dst = args.out.at<float>(at);
               const float* src = out_row[r] + (ow_begin - 2 * tx0);
-              if (out_step == 1) {
+              if (epilogue.residual != nullptr) {
+                epilogue.finish(src, ow_end - ow_begin, dst, out_step, n, o, oh, ow_begin);
+              } else if (out_step == 1) {
                 std::memcpy(dst, src, sizeof(float) * static_cast<size_t>(ow_end - ow_begin));
               } else {
                 for (int64_t i = 0; i < ow_end - ow_begin; ++i) dst[i * out_step] = src[i];
@@ -349,18 +362,29 @@ absl::Status conv2d_winograd(const KernelArgs& args) {
 
 #if TESSERA_HAVE_AVX2_PATHS
 const WinogradOps& avx2_ops() {
-  return wino_avx2::make_ops();
+  static const WinogradOps ops = [] {
+    WinogradOps o = wino_avx2::make_ops();
+    o.finish = avx2_micro_table().finish;
+    return o;
+  }();
+  return ops;
 }
 const WinogradOps& avx512_ops() {
-  return wino_avx512::make_ops();
+  static const WinogradOps ops = [] {
+    WinogradOps o = wino_avx512::make_ops();
+    o.finish = avx512_micro_table().finish;
+    return o;
+  }();
+  return ops;
 }
 #endif
 
 }  // namespace
 
 #if defined(__x86_64__)
-PairsFn avx2_pairs() { return avx2_ops().deinterleave; }
-PairsFn avx512_pairs() { return avx512_ops().deinterleave; }
+// From the raw ops: avx2_ops() itself takes the micro table's finish, and that table these pairs.
+PairsFn avx2_pairs() { return wino_avx2::make_ops().deinterleave; }
+PairsFn avx512_pairs() { return wino_avx512::make_ops().deinterleave; }
 #endif
 
 KernelFn winograd_kernel(const Graph& graph, const Node& node, Isa isa) {

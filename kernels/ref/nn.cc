@@ -50,7 +50,8 @@ absl::Status conv2d(const KernelArgs& args) {
   const int64_t stride_h = a.stride_h, stride_w = a.stride_w, pad_h = a.pad_h, pad_w = a.pad_w,
                 dil_h = a.dilation_h, dil_w = a.dilation_w;
   const int64_t groups = a.groups;
-  const bool has_bias = args.inputs.size() == 3;
+  const bool has_bias = a.has_bias(args.inputs.size());
+  const int residual = a.residual_input(args.inputs.size());
   const Shape& xs = args.inputs[0].shape;
   const Shape& ws = args.inputs[1].shape;
   const int64_t height = xs[2], width = xs[3];
@@ -77,6 +78,15 @@ absl::Status conv2d(const KernelArgs& args) {
       }
     }
     if (has_bias) acc += load(args.inputs[2], &o);
+    if (a.has_epilogue()) {
+      // The decomposition's steps, each rounded to the dtype as its own kernel would store it.
+      acc = round_to(args.out.dtype, acc);
+      if (residual >= 0) {
+        const double r = load(args.inputs[static_cast<size_t>(residual)], i);
+        acc = round_to(args.out.dtype, a.residual == ConvResidual::ConvFirst ? acc + r : r + acc);
+      }
+      if (a.relu) acc = acc > 0 ? acc : 0.0;
+    }
     store(args.out, i, acc);
   });
   return absl::OkStatus();

@@ -153,6 +153,20 @@ inline void conv_net_ops(const Suite& suite, std::mt19937_64& rng) {
            conv(Conv2dParams{.stride_h = 2, .stride_w = 1, .pad_h = 2, .pad_w = 1, .dilation_h = 2, .dilation_w = 3, .groups = 2}, false),
            1e-5, rng);
   check_op(suite, {{2, 7, 5, 6}, {3, 7, 1, 1}, {3}}, conv(Conv2dParams{}, true), 1e-5, rng);
+  // The epilogue: relu; a residual (conv first, with bias; residual first, without) and relu.
+  check_op(suite, {{2, 7, 5, 6}, {3, 7, 1, 1}, {3}}, conv(Conv2dParams{.relu = true}, true), 1e-5, rng);
+  check_op(suite, {{2, 5, 9, 11}, {11, 5, 3, 3}, {11}, {2, 11, 9, 11}},
+           [](std::vector<Tensor>& in) {
+             return conv2d(in[0], in[1], in[2], in[3],
+                           Conv2dParams{.pad_h = 1, .pad_w = 1, .residual = ConvResidual::ConvFirst, .relu = true});
+           },
+           1e-5, rng);
+  check_op(suite, {{1, 4, 10, 9}, {6, 4, 3, 3}, {1, 6, 5, 9}},
+           [](std::vector<Tensor>& in) {
+             return conv2d(in[0], in[1], Tensor{}, in[2],
+                           Conv2dParams{.stride_h = 2, .pad_h = 1, .pad_w = 1, .residual = ConvResidual::ResidualFirst});
+           },
+           1e-5, rng);
   for (PoolKind kind : {PoolKind::Max, PoolKind::Avg})
     check_op(suite, {{2, 3, 9, 8}}, [kind](std::vector<Tensor>& in) { return pool2d(in[0], kind, 3, 2, 1); }, 1e-5, rng);
   check_op(suite, {{2, 3, 4, 5}}, [](std::vector<Tensor>& in) { return upsample_nearest(in[0], 2); }, 0, rng);

@@ -317,6 +317,73 @@ TEST_CASE(
   }
 }
 
+TEST_CASE(
+    "kernels: conv2d's epilogue (relu, a residual in either order) gives the unfused ops' bits, on sub-boxes and "
+    "partial views, every instruction set") {
+  const uint64_t seed = 97;
+  std::mt19937_64 rng(seed);
+  CAPTURE(seed);
+  const std::vector<ConvCase> direct = conv_cases(), winograd = winograd_cases();
+  // The direct kernel (stride 2, 1x1 read in place, groups, no bias, wide) and the Winograd one
+  // (3x3, 5x5, no bias).
+  const std::vector<ConvCase> cases = {direct[2], direct[4], direct[8], direct[19], direct[10],
+                                       winograd[1], winograd[7], winograd[6]};
+  struct Epilogue {
+    ConvResidual residual;
+    bool relu;
+  };
+  const Epilogue epilogues[] = {{ConvResidual::None, true},
+                                {ConvResidual::ConvFirst, false},
+                                {ConvResidual::ResidualFirst, false},
+                                {ConvResidual::ConvFirst, true},
+                                {ConvResidual::ResidualFirst, true}};
+  for (size_t k = 0; k < cases.size(); ++k) {
+    const ConvCase& c = cases[k];
+    for (const Epilogue& e : epilogues) {
+      CAPTURE(k);
+      CAPTURE(static_cast<int>(e.residual));
+      CAPTURE(e.relu);
+      OpFixture f;
+      Tensor x = f.graph.input("x", {1, c.channels, c.height, c.width}, DType::F32);
+      Tensor w = f.graph.input("w", {c.out_channels, c.channels / c.params.groups, c.kernel_h, c.kernel_w}, DType::F32);
+      Tensor b = c.bias ? f.graph.input("b", {c.out_channels}, DType::F32) : Tensor{};
+      const Tensor plain = conv2d(x, w, b, c.params);
+      const Shape out_shape = plain.node().shape;
+      Conv2dParams p = c.params;
+      p.residual = e.residual;
+      p.relu = e.relu;
+      Tensor r = e.residual != ConvResidual::None ? f.graph.input("r", out_shape, DType::F32) : Tensor{};
+      f.out = r.graph != nullptr ? conv2d(x, w, b, r, p) : conv2d(x, w, b, p);
+      f.prepare(rng, {{-1, 1}, {-1, 1}, {-1, 1}, {-1, 1}});
+      const Box full = Box::full(out_shape);
+      const std::vector<TensorView> plain_views(f.views.begin(), f.views.begin() + (c.bias ? 3 : 2));
+      const float* residual = r.graph != nullptr ? static_cast<const float*>(f.views.back().data) : nullptr;
+      for (cpu::Isa isa : kernel_testing::test_isas()) {
+        const std::string isa_label = cpu::isa_name(isa);
+        CAPTURE(isa_label);
+        const Node& plain_node = f.graph.node(plain.id);
+        const KernelFn plain_kernel = cpu::optimised_kernel_for(f.graph, plain_node, isa);
+        REQUIRE(static_cast<bool>(plain_kernel));
+        const bool same_kernel = f.optimised(isa) == plain_kernel;  // Winograd or direct, as the plain conv
+        CHECK(same_kernel);
+        std::vector<float> want(static_cast<size_t>(full.volume()));
+        REQUIRE(plain_kernel(KernelCall{f.graph, plain_node, plain_views, dense_view(want.data(), DType::F32, full), full}).ok());
+        for (size_t i = 0; i < want.size(); ++i) {  // the unfused add and relu, in float
+          float y = want[i];
+          if (e.residual == ConvResidual::ConvFirst) y = y + residual[i];
+          if (e.residual == ConvResidual::ResidualFirst) y = residual[i] + y;
+          if (e.relu) y = y > 0 ? y : 0.0f;
+          want[i] = y;
+        }
+        const std::vector<float> got = f.run(f.optimised(isa), full);
+        CHECK(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)) == 0);
+        kernel_testing::check_sub_boxes(f, isa, rng, 6);
+        kernel_testing::check_partial_views(f, f.optimised(isa), rng, 3);
+      }
+    }
+  }
+}
+
 TEST_CASE("kernels: conv2d with too little scratch is an error status") {
   std::mt19937_64 rng(93);
   for (int64_t channels :

@@ -35,9 +35,20 @@ void paste(std::vector<float>& image, const Shape& shape, const Box& box,
 }
 
 // The first convolution reading the input: what the edit dirties directly.
+// The first conv reading `input`, or the relu after it when the conv is its only input (the
+// session fuses relu(conv) into one conv2d step, whose counts go to the relu's node).
 NodeId first_conv(const Graph& g, NodeId input) {
-  for (NodeId id = 0; id < g.size(); ++id)
-    if (g.node(id).kind == OpKind::Conv2d && g.node(id).inputs[0] == input) return id;
+  for (NodeId id = 0; id < g.size(); ++id) {
+    if (g.node(id).kind != OpKind::Conv2d || g.node(id).inputs[0] != input) continue;
+    NodeId reader = -1;
+    int readers = 0;
+    for (NodeId r = id + 1; r < g.size(); ++r)
+      for (NodeId in : g.node(r).inputs)
+        if (in == id) reader = r, readers += 1;
+    const bool relu = reader >= 0 && g.node(reader).kind == OpKind::Unary &&
+                      g.node(reader).attrs_as<UnaryAttrs>().fn == UnaryFn::Relu;
+    return readers == 1 && relu ? reader : id;
+  }
   return -1;
 }
 

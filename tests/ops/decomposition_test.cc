@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "engine/op_def.h"
 #include "engine/session.h"
 #include "planner/region_analysis.h"
@@ -357,6 +358,20 @@ std::vector<DecompositionCase> composite_cases() {
   cases.push_back({"linear rank 1", [](Graph& g) {
                      return linear(f32(g, "x", {5}), f32(g, "w", {3, 5}));
                    }});
+  // conv2d's epilogue: relu, a residual added in either order, both, with and without bias
+  for (ConvResidual order : {ConvResidual::None, ConvResidual::ConvFirst, ConvResidual::ResidualFirst})
+    for (bool relu : {false, true}) {
+      if (order == ConvResidual::None && !relu) continue;
+      cases.push_back({absl::StrCat("conv2d epilogue residual ", static_cast<int>(order), " relu ", relu), [=](Graph& g) {
+                         Conv2dParams p{.stride_h = 1, .stride_w = 2, .pad_h = 1, .pad_w = 1};
+                         p.residual = order;
+                         p.relu = relu;
+                         Tensor x = f32(g, "x", {2, 3, 7, 8}), w = f32(g, "w", {4, 3, 3, 3});
+                         Tensor b = order == ConvResidual::ResidualFirst ? Tensor{} : f32(g, "b", {4});
+                         if (order == ConvResidual::None) return conv2d(x, w, b, p);
+                         return conv2d(x, w, b, f32(g, "r", {2, 4, 7, 4}), p);
+                       }});
+    }
   // composite unary functions
   for (UnaryFn fn : {UnaryFn::Sigmoid, UnaryFn::Silu, UnaryFn::GeluTanh, UnaryFn::GeluErf})
     cases.push_back({"unary " + std::string(fn_name(fn)),

@@ -144,6 +144,53 @@ TEST_CASE("planner: a user-written causal GQA attention runs the attention op an
   }
 }
 
+TEST_CASE(
+    "planner: relu(conv), relu(conv + skip) and skip + conv fuse into conv2d's epilogue, bitwise as unfused and "
+    "incremental exact, a conv with another reader does not") {
+  Graph g;
+  Tensor x = g.input("x", {1, 8, 9, 11}, DType::F32);
+  Tensor w3 = g.input("w3", {8, 8, 3, 3}, DType::F32), w1 = g.input("w1", {8, 8, 1, 1}, DType::F32);
+  Tensor b = g.input("b", {8}, DType::F32);
+  const Conv2dParams pad{.pad_h = 1, .pad_w = 1};
+  Tensor h = relu(conv2d(x, w3, b, pad));           // relu
+  Tensor y = relu(conv2d(h, w3, Tensor{}, pad) + h);  // conv first, then relu
+  Tensor z = h + conv2d(y, w1, b);                    // residual first, no relu
+  Tensor shared = conv2d(z, w3, b, pad);              // read twice: stays a plain conv
+  g.output("y", y);
+  g.output("z", z);
+  g.output("relu", relu(shared));
+  g.output("twice", shared + shared);
+  std::unique_ptr<GraphSession> s;
+  const std::vector<std::vector<float>> fused = run(g, {}, &s);
+  CHECK(s->stats().fused_patterns == 3);
+  std::string plan;  // the steps of every output's first read
+  {
+    GraphSession plans(g);
+    int k = 0;
+    for (NodeId id : g.inputs())
+      plans.write(g.node(id).attrs_as<InputAttrs>().name, Box::full(g.node(id).shape), values(g.node(id).volume(), 0.25f, k++));
+    for (const auto& [name, id] : g.outputs()) {
+      plans.read<float>(name, Box::full(g.node(id).shape));
+      plan += plans.last_plan();
+    }
+  }
+  CHECK(plan.find("conv2d{stride=1x1,pad=1x1,groups=1,relu}") != std::string::npos);
+  CHECK(plan.find("conv2d{stride=1x1,pad=1x1,groups=1,+residual,relu}") != std::string::npos);
+  CHECK(plan.find("conv2d{stride=1x1,pad=0x0,groups=1,residual+}") != std::string::npos);
+  CHECK(plan.find("conv2d{stride=1x1,pad=1x1,groups=1}") != std::string::npos);
+  CHECK(fused == run(g, SessionOptions{.fuse = false}));
+  // An edit recomputes the receptive field only, bitwise equal to a fresh session given it at once.
+  std::vector<float> patch(8 * 2 * 3, 0.75f);
+  s->write("x", Box{{0, 1}, {0, 8}, {4, 6}, {1, 4}}, patch);
+  std::unique_ptr<GraphSession> fresh;
+  run(g, {}, &fresh);
+  fresh->write("x", Box{{0, 1}, {0, 8}, {4, 6}, {1, 4}}, patch);
+  for (const auto& [name, id] : g.outputs()) {
+    CAPTURE(name);
+    CHECK(s->read<float>(name, Box::full(g.node(id).shape)) == fresh->read<float>(name, Box::full(g.node(id).shape)));
+  }
+}
+
 TEST_CASE("planner: a near miss is not fused and computes what was written") {
   Graph g;
   Tensor x = g.input("x", {4, 6}, DType::F32);
