@@ -152,6 +152,18 @@ void Epilogue::finish(const float* src, int64_t count, float* dst, int64_t dst_s
   }
 }
 
+void Epilogue::prefetch(int64_t n, int64_t o_begin, int64_t o_end, int64_t oh, int64_t ow_begin, int64_t ow_end) const {
+  if (residual == nullptr || ow_begin >= ow_end) return;
+  const int64_t step = residual->strides[3] * static_cast<int64_t>(sizeof(float));
+  for (int64_t o = o_begin; o < o_end; ++o) {
+    const int64_t at[4] = {n, o, oh, ow_begin};
+    const char* p = reinterpret_cast<const char*>(residual->at<const float>(at));
+    const int64_t bytes = (ow_end - ow_begin - 1) * step + static_cast<int64_t>(sizeof(float));
+    for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b);
+    __builtin_prefetch(p + bytes - 1);
+  }
+}
+
 void scatter_phases(const float* src, int64_t step, int64_t lo, int64_t hi, int64_t first, int64_t stride,
                     float* dst, int64_t phase_len, PairsFn pairs) {
   if (lo >= hi) return;
@@ -356,6 +368,7 @@ void compute_chunk(const KernelArgs& args, const MicroTable& table, ConvTile& ti
         out[j * out_channel_step + i * out_step] = acc[j * conv::kMaxBlockPixels + i];
     }
   };
+  epilogue.prefetch(n, o_begin, o_end, oh, ow0, ow0 + columns);
   for (int64_t cb = 0, o0 = o_begin; cb < channel_blocks.count; o0 += channel_blocks.size(cb++))
     for (int64_t pb = 0, v0 = 0; pb < pixel_blocks.count; v0 += pixel_blocks.size(pb++))
       block(cb, o0, pb, v0);

@@ -100,6 +100,10 @@ struct Epilogue {
   Epilogue(const Conv2dAttrs& attrs, std::span<const KernelInput> inputs, FinishFn rows);
   void finish(const float* src, int64_t count, float* dst, int64_t dst_step, int64_t n, int64_t o, int64_t oh,
               int64_t ow) const;
+  // Fetches the residual's columns [ow_begin, ow_end) of rows (n, o, oh) for o in [o_begin,
+  // o_end) into the cache ahead of their finish(): kernels produce a row for every channel
+  // before moving on, an access the hardware prefetchers do not follow.
+  void prefetch(int64_t n, int64_t o_begin, int64_t o_end, int64_t oh, int64_t ow_begin, int64_t ow_end) const;
 };
 
 // The Winograd F(2x2, 3x3) or F(2x2, 5x5) kernel (conv2d_winograd.cc) for a 3x3 or 5x5 f32 conv
