@@ -48,7 +48,8 @@ const OpDef& op_def(OpKind kind);
 // bottom-up has already fused those when it reaches the outer pattern. Constants are the
 // reference kernel's, rounded to the node's dtype by Graph::scalar.
 // Ops with one: softmax/log_softmax, rms_norm, layer_norm, group_norm, rope, rope_multi,
-// upsample, attention, linear with a float weight, and the unary functions sigmoid, silu,
+// upsample, attention, linear with a float weight, conv2d with an epilogue (relu, residual; a
+// plain conv2d has none), and the unary functions sigmoid, silu,
 // gelu_tanh and gelu_erf (through the erf primitive). Rotary angles are computed in f32 (as HF
 // does), where the reference kernels use double: values agree within kernel tolerance, not bitwise.
 // `node` may belong to the graph of `inputs` (it is copied first: that graph grows).

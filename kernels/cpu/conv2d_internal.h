@@ -87,10 +87,11 @@ void scatter_phases(const float* src, int64_t step, int64_t lo, int64_t hi, int6
 
 // Conv2dAttrs' epilogue for one kernel call: the residual view (nullptr: none), its order,
 // relu. Without a residual the kernels apply relu themselves, after the bias (ConvTile::relu,
-// the Winograd output transform); with one, finish() takes `count` outputs of one row holding conv + bias (src, contiguous) to dst
-// (`dst_step` floats apart; src may be dst when dst_step is 1) as the decomposition computes
-// them: y = y + r (or r + y) in float, then relu (y > 0 ? y : 0, NaN and -0 to +0). The output
-// at dst is element (n, o, oh, ow) of the conv; the residual's is read at the same index.
+// the Winograd output transform); with one, finish() takes `count` outputs of one row holding
+// conv + bias (src, contiguous) to dst (`dst_step` floats apart; src may be dst when dst_step
+// is 1) as the decomposition computes them: y = y + r (or r + y) in float, then relu (y > 0 ?
+// y : 0, NaN and -0 to +0). The output at dst is element (n, o, oh, ow) of the conv; the
+// residual's is read at the same index.
 struct Epilogue {
   const TensorView* residual = nullptr;
   bool residual_first = false;
