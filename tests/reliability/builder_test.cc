@@ -96,6 +96,7 @@ std::vector<Case> cases() {
       {"conv2d", "x", [](F& f, Tensor b) { conv2d(b, f.cw, Tensor{}); }},
       {"conv2d", "weight", [](F& f, Tensor b) { conv2d(f.x, b, Tensor{}); }},
       {"conv2d", "bias", [](F& f, Tensor b) { conv2d(f.x, f.cw, b); }},
+      {"conv2d", "residual", [](F& f, Tensor b) { conv2d(f.x, f.cw, Tensor{}, b, Conv2dParams{.pad_h = 1, .pad_w = 1}); }},
       {"pool2d", "x", [](F&, Tensor b) { pool2d(b, PoolKind::Max, 2, 2); }},
       {"upsample", "x", [](F&, Tensor b) { upsample_nearest(b, 2); }},
   };
@@ -135,6 +136,30 @@ TEST_CASE("reliability: every builder given a bad tensor argument names it in an
       CHECK(f.g.size() == size);
     }
   }
+}
+
+TEST_CASE("reliability: conv2d's epilogue rejects a bad residual and an epilogue without its input, as Errors") {
+  Fixture f;
+  const int32_t size = f.g.size();
+  const Conv2dParams pad{.pad_h = 1, .pad_w = 1};
+  const Tensor wrong_shape = f.g.input("r", {2, 5, 4, 3}, DType::F32), wrong_dtype = f.g.input("ri", {2, 5, 4, 4}, DType::I32);
+  const int32_t inputs_added = f.g.size();
+  CHECK_THROWS_WITH_AS(conv2d(f.x, f.cw, Tensor{}, wrong_shape, pad), doctest::Contains("residual must be f32 [2, 5, 4, 4]"),
+                       Error);
+  CHECK_THROWS_WITH_AS(conv2d(f.x, f.cw, Tensor{}, wrong_dtype, pad), doctest::Contains("residual must be"), Error);
+  Conv2dParams order = pad;
+  order.residual = ConvResidual::ResidualFirst;
+  CHECK_THROWS_WITH_AS(conv2d(f.x, f.cw, Tensor{}, order), doctest::Contains("takes the residual tensor"), Error);
+  const Tensor four[] = {f.x, f.cw, f.w, f.x};
+  CHECK_THROWS_WITH_AS(f.g.add_node(four, pad), doctest::Contains("4 inputs need a residual epilogue"), Error);
+  const Tensor two[] = {f.x, f.cw};
+  CHECK_THROWS_WITH_AS(f.g.add_node(two, order), doctest::Contains("needs the residual as the last input"), Error);
+  CHECK(f.g.size() == inputs_added);
+  CHECK(inputs_added == size + 2);
+  // The same graph still builds a valid epilogue.
+  const Tensor r = f.g.input("r2", {2, 5, 4, 4}, DType::F32);
+  const Tensor y = conv2d(f.x, f.cw, Tensor{}, r, order);
+  CHECK(op_display_name(y.node()) == "conv2d{stride=1x1,pad=1x1,groups=1,residual+}");
 }
 
 TEST_CASE("reliability: Graph::add_node names the input that is not a node of the graph") {
