@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "kernels/view.h"
 #include "regions/box.h"
 
 namespace tessera::cpu {
@@ -30,5 +31,17 @@ class BoxRows {
   int last_;
   int64_t count_ = 0;
 };
+
+// Whether `view` holds the box's elements as one contiguous run (unit last stride, rows back to
+// back: e.g. whole channels of a small feature map), which a kernel may then treat as one row.
+inline bool one_run(const TensorView& view, const Box& box) {
+  int64_t span = 1;
+  for (int d = box.rank() - 1; d >= 0; --d) {
+    if (box.extent(d) == 1) continue;
+    if (view.strides[static_cast<size_t>(d)] != span) return false;
+    span *= box.extent(d);
+  }
+  return true;
+}
 
 }  // namespace tessera::cpu

@@ -260,8 +260,7 @@ absl::Status unary_f32(const KernelArgs& args) {
     return absl::OkStatus();
   }
   const int last = args.node.rank() - 1;
-  const int64_t width = args.box.extent(last);
-  for_rows(args.box, [&](const int64_t* index) {
+  for_runs(args, [&](const int64_t* index, int64_t width) {
     const RowOperand x{args.inputs[0].at<const float>(index), args.inputs[0].strides[last]};
     float* y = args.out.at<float>(index);
     const int64_t y_step = args.out.strides[last];
@@ -286,8 +285,7 @@ absl::Status binary_f32(const KernelArgs& args) {
     return absl::OkStatus();
   }
   const int last = args.node.rank() - 1;
-  const int64_t width = args.box.extent(last);
-  for_rows(args.box, [&](const int64_t* index) {
+  for_runs(args, [&](const int64_t* index, int64_t width) {
     const RowOperand a = operand_row(args, 0, index), b = operand_row(args, 1, index);
     float* y = args.out.at<float>(index);
     const int64_t y_step = args.out.strides[last];

@@ -80,10 +80,9 @@ absl::Status fused_f32(const KernelArgs& args) {
     return absl::OkStatus();
   }
   const int last = args.node.rank() - 1;
-  const int64_t width = args.box.extent(last);
-  elementwise::for_rows(
-      args.box,
-      [&](const int64_t* index) {
+  elementwise::for_runs(
+      args,
+      [&](const int64_t* index, int64_t width) {
         RowOperand operands[kMaxInputs];
         for (size_t k = 0; k < n_inputs; ++k)
           operands[k] = elementwise::operand_row(args, static_cast<int>(k), index);

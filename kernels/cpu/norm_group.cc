@@ -3,9 +3,9 @@
 //
 // Exactness (DESIGN.md section 1): the statistics of a row (layer_norm) or of a whole group of
 // one sample (group_norm: its channels x all spatial positions) are computed over all of it on
-// every call, whatever the box, in one fixed order: the elements of each contiguous run (a row
-// along the last axis) go into eight double lanes by position, the lanes are summed in a fixed
-// tree, and the runs' totals are added in row-major order; mean first, then the sum of squared
+// every call, whatever the box and the views' layout, in one fixed order: the elements, in
+// row-major order over the row or group, go into eight double lanes by position (element k into
+// lane k mod 8), and the lanes are summed in a fixed tree; mean first, then the sum of squared
 // deviations from it (two passes, like the reference). Each output element is then
 // ((x - mean) * inv_std) * weight + bias in double, rounded once to float. The box only decides
 // which elements are written. One implementation (plain C++, vectorised by the compiler) serves
@@ -27,25 +27,25 @@ double fold(const double* lanes) {
          ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
 }
 
-// Sum of x[i * step] (centre == 0) or of (x[i * step] - centre)^2, i < count, in the fixed lane
-// order above.
+// Adds x[i * step] (centre == 0) or (x[i * step] - centre)^2, i < count, to the lanes, element
+// i into lane (first + i) mod 8: a row continues the lanes where the previous row stopped.
 template <bool kSquares>
-double run_sum(const float* x, int64_t count, int64_t step, double centre) {
-  double lanes[kLanes] = {};
+void add_run(const float* x, int64_t count, int64_t step, double centre, int64_t first, double* lanes) {
   auto term = [&](float v) {
     const double d = static_cast<double>(v) - centre;
     return kSquares ? d * d : d;
   };
-  const int64_t full = count - count % kLanes;
+  int64_t i = 0;
+  for (; i < count && (first + i) % kLanes != 0; ++i) lanes[(first + i) % kLanes] += term(x[i * step]);
+  const int64_t full = i + (count - i) / kLanes * kLanes;
   if (step == 1) {
-    for (int64_t i0 = 0; i0 < full; i0 += kLanes)
-      for (int l = 0; l < kLanes; ++l) lanes[l] += term(x[i0 + l]);
+    for (; i < full; i += kLanes)
+      for (int l = 0; l < kLanes; ++l) lanes[l] += term(x[i + l]);
   } else {
-    for (int64_t i0 = 0; i0 < full; i0 += kLanes)
-      for (int l = 0; l < kLanes; ++l) lanes[l] += term(x[(i0 + l) * step]);
+    for (; i < full; i += kLanes)
+      for (int l = 0; l < kLanes; ++l) lanes[l] += term(x[(i + l) * step]);
   }
-  for (int64_t i = full; i < count; ++i) lanes[i - full] += term(x[i * step]);
-  return fold(lanes);
+  for (; i < count; ++i) lanes[(first + i) % kLanes] += term(x[i * step]);
 }
 
 struct Moments {
@@ -60,12 +60,12 @@ Moments moments(const TensorView& x, const Box& rows, double eps) {
   const BoxRows box_rows(rows);
   int64_t index[kMaxRank];
   auto total = [&](auto squares, double centre) {
-    double sum = 0;
+    double lanes[kLanes] = {};
     for (int64_t r = 0; r < box_rows.count(); ++r) {
       box_rows.index(r, index);
-      sum += run_sum<decltype(squares)::value>(x.at<const float>(index), width, step, centre);
+      add_run<decltype(squares)::value>(x.at<const float>(index), width, step, centre, r * width, lanes);
     }
-    return sum;
+    return fold(lanes);
   };
   const double count = static_cast<double>(rows.volume());
   Moments m;
@@ -158,14 +158,33 @@ absl::Status group_norm_f32(const KernelArgs& args) {
       const Moments m = moments(x, group, a.eps);
       const Box part = box.intersect(group);
       if (part.empty()) continue;
-      const BoxRows rows(part);
       int64_t index[kMaxRank];
+      if (rank > 2) {
+        // Channel by channel; a channel's part in one call when both views hold it contiguously
+        // (a small feature map's rows are short: per-row calls cost more than the arithmetic).
+        for (int64_t c = part.begin(1); c < part.end(1); ++c) {
+          Box plane = part;
+          plane[1] = Interval(c, c + 1);
+          if (!one_run(x, plane) || !one_run(args.out, plane)) {
+            const BoxRows rows(plane);
+            for (int64_t r = 0; r < rows.count(); ++r) {
+              rows.index(r, index);
+              normalise_row(x.at<const float>(index), x.strides[static_cast<size_t>(last)], args.out.at<float>(index),
+                            args.out.strides[static_cast<size_t>(last)], plane.extent(last), m, affine, c, false);
+            }
+            continue;
+          }
+          for (int d = 0; d < rank; ++d) index[d] = plane.begin(d);
+          normalise_row(x.at<const float>(index), 1, args.out.at<float>(index), 1, plane.volume(), m, affine, c, false);
+        }
+        continue;
+      }
+      const BoxRows rows(part);  // rank 2: rows run along channels
       for (int64_t r = 0; r < rows.count(); ++r) {
         rows.index(r, index);
         normalise_row(x.at<const float>(index), x.strides[static_cast<size_t>(last)],
                       args.out.at<float>(index), args.out.strides[static_cast<size_t>(last)],
-                      part.extent(last), m, affine, index[1],
-                      /*column_params=*/rank == 2);  // rank 2: rows run along channels
+                      part.extent(last), m, affine, index[1], /*column_params=*/true);
       }
     }
   }
