@@ -73,7 +73,7 @@ void micro(const ConvTile& t, int64_t q0, int64_t count, float* out, int64_t out
       for (int64_t i = 0; i < count; ++i) dst[i] = acc[j][i];
     }
     if (t.relu)
-      for (int64_t i = 0; i < count; ++i) dst[i] = dst[i] > 0 ? dst[i] : 0.0f;
+      for (int64_t i = 0; i < count; ++i) dst[i] = conv::epilogue_value(dst[i], nullptr, false, true);
   }
 }
 
@@ -102,12 +102,8 @@ void pairs_sse(const float* src, int64_t pairs, float* even, float* odd) {
 }
 
 void finish_rows(const float* src, int64_t count, const float* residual, bool residual_first, bool relu, float* dst) {
-  for (int64_t i = 0; i < count; ++i) {
-    float y = src[i];
-    if (residual != nullptr) y = residual_first ? residual[i] + y : y + residual[i];
-    if (relu) y = y > 0 ? y : 0.0f;
-    dst[i] = y;
-  }
+  for (int64_t i = 0; i < count; ++i)
+    dst[i] = conv::epilogue_value(src[i], residual != nullptr ? residual + i : nullptr, residual_first, relu);
 }
 
 MicroTable make_table() {
@@ -144,12 +140,8 @@ void Epilogue::finish(const float* src, int64_t count, float* dst, int64_t dst_s
   const float* r = residual != nullptr ? residual->at<const float>(at) : nullptr;
   const int64_t r_step = residual != nullptr ? residual->strides[3] : 0;
   if (dst_step == 1 && (r == nullptr || r_step == 1)) return rows(src, count, r, residual_first, relu, dst);
-  for (int64_t i = 0; i < count; ++i) {
-    float y = src[i];
-    if (r != nullptr) y = residual_first ? r[i * r_step] + y : y + r[i * r_step];
-    if (relu) y = y > 0 ? y : 0.0f;
-    dst[i * dst_step] = y;
-  }
+  for (int64_t i = 0; i < count; ++i)
+    dst[i * dst_step] = epilogue_value(src[i], r != nullptr ? r + i * r_step : nullptr, residual_first, relu);
 }
 
 void Epilogue::prefetch(int64_t n, int64_t o_begin, int64_t o_end, int64_t oh, int64_t ow_begin, int64_t ow_end) const {

@@ -57,6 +57,14 @@ inline Taps taps_of(int64_t kernel_w) {
 // even[i] = src[2 i], odd[i] = src[2 i + 1] for i < pairs.
 using PairsFn = void (*)(const float* src, int64_t pairs, float* even, float* odd);
 
+// One output of the epilogue, as the decomposition computes it: y + r (or r + y) when there is a
+// residual, in float, then relu (y > 0 ? y : 0: NaN and -0 to +0). The scalar form every
+// epilogue path shares (the vector rows compute the same per lane).
+inline float epilogue_value(float y, const float* r, bool residual_first, bool relu) {
+  if (r != nullptr) y = residual_first ? *r + y : y + *r;
+  return relu ? (y > 0 ? y : 0.0f) : y;
+}
+
 // Epilogue::finish's rows with unit steps, in an instruction set's vectors: dst[i] =
 // relu?(src[i] (+ residual[i], in order)); residual may be nullptr, src may be dst.
 using FinishFn = void (*)(const float* src, int64_t count, const float* residual, bool residual_first, bool relu,

@@ -159,32 +159,31 @@ absl::Status group_norm_f32(const KernelArgs& args) {
       const Box part = box.intersect(group);
       if (part.empty()) continue;
       int64_t index[kMaxRank];
-      if (rank > 2) {
-        // Channel by channel; a channel's part in one call when both views hold it contiguously
-        // (a small feature map's rows are short: per-row calls cost more than the arithmetic).
-        for (int64_t c = part.begin(1); c < part.end(1); ++c) {
-          Box plane = part;
-          plane[1] = Interval(c, c + 1);
-          if (!one_run(x, plane) || !one_run(args.out, plane)) {
-            const BoxRows rows(plane);
-            for (int64_t r = 0; r < rows.count(); ++r) {
-              rows.index(r, index);
-              normalise_row(x.at<const float>(index), x.strides[static_cast<size_t>(last)], args.out.at<float>(index),
-                            args.out.strides[static_cast<size_t>(last)], plane.extent(last), m, affine, c, false);
-            }
-            continue;
-          }
-          for (int d = 0; d < rank; ++d) index[d] = plane.begin(d);
-          normalise_row(x.at<const float>(index), 1, args.out.at<float>(index), 1, plane.volume(), m, affine, c, false);
+      // Row by row; a row's channel is index[1] (rank 2: rows run along channels).
+      auto by_rows = [&](const Box& rows_box) {
+        const BoxRows rows(rows_box);
+        for (int64_t r = 0; r < rows.count(); ++r) {
+          rows.index(r, index);
+          normalise_row(x.at<const float>(index), x.strides[static_cast<size_t>(last)],
+                        args.out.at<float>(index), args.out.strides[static_cast<size_t>(last)],
+                        rows_box.extent(last), m, affine, index[1], /*column_params=*/rank == 2);
         }
+      };
+      if (rank == 2) {
+        by_rows(part);
         continue;
       }
-      const BoxRows rows(part);  // rank 2: rows run along channels
-      for (int64_t r = 0; r < rows.count(); ++r) {
-        rows.index(r, index);
-        normalise_row(x.at<const float>(index), x.strides[static_cast<size_t>(last)],
-                      args.out.at<float>(index), args.out.strides[static_cast<size_t>(last)],
-                      part.extent(last), m, affine, index[1], /*column_params=*/true);
+      // Channel by channel; a channel's part in one call when both views hold it contiguously
+      // (a small feature map's rows are short: per-row calls cost more than the arithmetic).
+      for (int64_t c = part.begin(1); c < part.end(1); ++c) {
+        Box plane = part;
+        plane[1] = Interval(c, c + 1);
+        if (!one_run(x, plane) || !one_run(args.out, plane)) {
+          by_rows(plane);
+          continue;
+        }
+        for (int d = 0; d < rank; ++d) index[d] = plane.begin(d);
+        normalise_row(x.at<const float>(index), 1, args.out.at<float>(index), 1, plane.volume(), m, affine, c, false);
       }
     }
   }
