@@ -308,10 +308,19 @@ void pack_weights(const Geometry& g, const MicroTable& table, const TensorView& 
 // straight to the output when its rows are contiguous, through `acc` otherwise. A block of
 // channels keeps its weights in L1 while it sweeps the row's pixel blocks (sweeping channel
 // blocks per pixel block instead measured slower, 1x1 convs included).
-void compute_chunk(const KernelArgs& args, const MicroTable& table, ConvTile& tile, int64_t n,
+// What the direct kernel computes: the call's box and views, or their flattened form
+// (flatten_rows).
+struct DirectCall {
+  const Conv2dAttrs& attrs;
+  std::span<const KernelInput> inputs;
+  const TensorView& out;
+  const Box& box;
+};
+
+void compute_chunk(const DirectCall& args, const MicroTable& table, ConvTile& tile, int64_t n,
                    int64_t oh, int64_t o_begin, int64_t o_end, int64_t ow0, int64_t columns,
                    const float* packed_weights, float* acc) {
-  const Conv2dAttrs& attrs = args.node.attrs_as<Conv2dAttrs>();
+  const Conv2dAttrs& attrs = args.attrs;
   const TensorView* bias = attrs.has_bias(args.inputs.size()) ? &args.inputs[2] : nullptr;
   const conv::Epilogue epilogue(attrs, args.inputs, table.finish);
   // Without a residual, relu is the micro-kernel's last step; with one, it follows the add.
@@ -402,15 +411,69 @@ int column_segments(const Geometry& g, const TensorView& x, const Box& box, cons
   return count;
 }
 
+// A 1x1 conv of stride 1 without padding reads only its own pixel: a box of whole rows that
+// the input, output and residual views each hold one after another is one row of
+// rows x width pixels (the geometry's flat_rows()), so the short rows of small maps fill whole
+// vectors and take one micro-kernel call per block instead of one per row. Every element's
+// operations are unchanged.
+bool flattens(const Geometry& g) {
+  return g.kernel_h == 1 && g.kernel_w == 1 && g.stride_h == 1 && g.stride_w == 1 && g.pad_h == 0 && g.pad_w == 0;
+}
+Geometry flat_rows(Geometry g) {
+  g.width = g.out_width = g.height * g.width;
+  g.height = g.out_height = 1;
+  return g;
+}
+
+// `view` holds columns [0, width) of its rows, each row right after the previous one.
+bool whole_rows(const TensorView& view, int64_t width) {
+  return view.strides[3] == 1 && view.extent.begin(3) == 0 && view.extent.end(3) == width &&
+         view.strides[2] == width;
+}
+
+// The view as rows [0, 1) of one flat row: element (n, c, h, w) at column h * width + w.
+template <class View>
+View flat_view(View view, int64_t width) {
+  const int64_t begin = view.extent.begin(2) * width, end = view.extent.end(2) * width;
+  view.extent[2] = Interval(0, 1);
+  view.extent[3] = Interval(begin, end);
+  view.strides[2] = end - begin;
+  return view;
+}
+
+template <const MicroTable& (*kTable)()>
+absl::Status run_direct(const DirectCall& args, const Geometry& g, std::span<std::byte> scratch);
+
 template <const MicroTable& (*kTable)()>
 absl::Status conv2d_f32(const KernelArgs& args) {
   const Box& box = args.box;
   if (box.empty()) return absl::OkStatus();
-  const MicroTable& table = kTable();
   const Conv2dAttrs& a = args.node.attrs_as<Conv2dAttrs>();
   const Geometry g = geometry_of(a, args.inputs[0].shape, args.inputs[1].shape, args.node.shape);
+  const int residual = a.residual_input(args.inputs.size());
+  const bool flat = flattens(g) && box.extent(2) > 1 && box.begin(3) == 0 && box.end(3) == g.out_width &&
+              whole_rows(args.inputs[0], g.width) && whole_rows(args.out, g.out_width) &&
+              (residual < 0 || whole_rows(args.inputs[static_cast<size_t>(residual)], g.out_width));
+  if (!flat) return run_direct<kTable>(DirectCall{a, args.inputs, args.out, box}, g, args.scratch);
+  std::array<KernelInput, 4> inputs;
+  if (args.inputs.size() > inputs.size()) return absl::InternalError("[conv2d] too many inputs");
+  for (size_t i = 0; i < args.inputs.size(); ++i) inputs[i] = args.inputs[i];
+  inputs[0] = flat_view(inputs[0], g.width);
+  if (residual >= 0) inputs[static_cast<size_t>(residual)] = flat_view(inputs[static_cast<size_t>(residual)], g.out_width);
+  const TensorView out = flat_view(args.out, g.out_width);
+  Box flat_box = box;
+  flat_box[2] = Interval(0, 1);
+  flat_box[3] = Interval(box.begin(2) * g.out_width, box.end(2) * g.out_width);
+  return run_direct<kTable>(DirectCall{a, std::span<const KernelInput>(inputs.data(), args.inputs.size()), out, flat_box},
+                            flat_rows(g), args.scratch);
+}
+
+template <const MicroTable& (*kTable)()>
+absl::Status run_direct(const DirectCall& args, const Geometry& g, std::span<std::byte> scratch) {
+  const Box& box = args.box;
+  const MicroTable& table = kTable();
   const TensorView& x = args.inputs[0];
-  ScratchCarver carver(args.scratch);
+  ScratchCarver carver(scratch);
   float* rows = carver.take<float>(g.rows_floats());
   float* packed_weights = carver.take<float>(g.weights_floats());
   const int64_t slots = g.ring_slots();
@@ -503,8 +566,9 @@ KernelFn conv2d_kernel(const Graph& graph, const Node& node, Isa isa) {
 }
 
 int64_t conv2d_scratch_bytes(const Graph& graph, const Node& node, bool) {
-  const Geometry g = geometry_of(node.attrs_as<Conv2dAttrs>(), graph.node(node.inputs[0]).shape,
-                                 graph.node(node.inputs[1]).shape, node.shape);
+  Geometry g = geometry_of(node.attrs_as<Conv2dAttrs>(), graph.node(node.inputs[0]).shape,
+                           graph.node(node.inputs[1]).shape, node.shape);
+  if (flattens(g)) g = flat_rows(g);  // the wider of the two (rows are read in chunks of kChunk)
   const int64_t direct = scratch_take_bytes<float>(g.rows_floats()) + scratch_take_bytes<float>(g.weights_floats()) +
                          scratch_take_bytes<int64_t>(g.ring_slots()) + scratch_take_bytes<int64_t>(2 * g.kernel_h) +
                          scratch_take_bytes<int64_t>(2 * g.kernel_w) +

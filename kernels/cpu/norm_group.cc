@@ -8,19 +8,125 @@
 // lane k mod 8), and the lanes are summed in a fixed tree; mean first, then the sum of squared
 // deviations from it (two passes, like the reference). Each output element is then
 // ((x - mean) * inv_std) * weight + bias in double, rounded once to float. The box only decides
-// which elements are written. One implementation (plain C++, vectorised by the compiler) serves
-// every instruction set.
+// which elements are written. The contiguous runs take vector loops per instruction set (eight
+// doubles: one AVX-512 vector, two AVX2 ones), doing the scalar code's operations in its order
+// (no contraction): every instruction set gives the same bits.
 #include <cmath>
 
 #include "engine/ops.h"
 #include "kernels/cpu/box_rows.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/simd_avx2.h"
 
 namespace tessera::cpu {
 
 namespace {
 
 constexpr int kLanes = 8;
+
+// The loops over contiguous floats. terms: lanes[l] += x[i + l] - centre (its square when
+// `squares`) for each i a multiple of 8 below count (a multiple of 8). normalise: out[i] =
+// float(((x[i] - mean) * inv_std) * w + b) in double, the product with w and the sum with b
+// only where w, b are given.
+struct Loops {
+  void (*terms)(const float* x, int64_t count, double centre, bool squares, double* lanes);
+  void (*normalise)(const float* x, float* out, int64_t count, double mean, double inv_std, const double* w,
+                    const double* b);
+};
+
+void portable_terms(const float* x, int64_t count, double centre, bool squares, double* lanes) {
+  for (int64_t i = 0; i < count; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) {
+      const double d = static_cast<double>(x[i + l]) - centre;
+      lanes[l] += squares ? d * d : d;
+    }
+}
+
+void portable_normalise(const float* x, float* out, int64_t count, double mean, double inv_std, const double* w,
+                        const double* b) {
+  for (int64_t i = 0; i < count; ++i) {
+    double y = (static_cast<double>(x[i]) - mean) * inv_std;
+    if (w != nullptr) y *= *w;
+    if (b != nullptr) y += *b;
+    out[i] = static_cast<float>(y);
+  }
+}
+
+constexpr Loops kPortable{portable_terms, portable_normalise};
+
+#if TESSERA_HAVE_AVX2_PATHS
+TESSERA_AVX2_BEGIN
+void avx2_terms(const float* x, int64_t count, double centre, bool squares, double* lanes) {
+  __m256d lo = _mm256_loadu_pd(lanes), hi = _mm256_loadu_pd(lanes + 4);
+  const __m256d c = _mm256_set1_pd(centre);
+  for (int64_t i = 0; i < count; i += kLanes) {
+    __m256d a = _mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i)), c);
+    __m256d b = _mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i + 4)), c);
+    if (squares) {
+      a = _mm256_mul_pd(a, a);
+      b = _mm256_mul_pd(b, b);
+    }
+    lo = _mm256_add_pd(lo, a);
+    hi = _mm256_add_pd(hi, b);
+  }
+  _mm256_storeu_pd(lanes, lo);
+  _mm256_storeu_pd(lanes + 4, hi);
+}
+
+void avx2_normalise(const float* x, float* out, int64_t count, double mean, double inv_std, const double* w,
+                    const double* b) {
+  const __m256d m = _mm256_set1_pd(mean), s = _mm256_set1_pd(inv_std);
+  const __m256d wv = _mm256_set1_pd(w != nullptr ? *w : 1.0), bv = _mm256_set1_pd(b != nullptr ? *b : 0.0);
+  int64_t i = 0;
+  for (; i + 4 <= count; i += 4) {
+    __m256d y = _mm256_mul_pd(_mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i)), m), s);
+    if (w != nullptr) y = _mm256_mul_pd(y, wv);
+    if (b != nullptr) y = _mm256_add_pd(y, bv);
+    _mm_storeu_ps(out + i, _mm256_cvtpd_ps(y));
+  }
+  portable_normalise(x + i, out + i, count - i, mean, inv_std, w, b);
+}
+TESSERA_AVX2_END
+
+TESSERA_AVX512_BEGIN
+void avx512_terms(const float* x, int64_t count, double centre, bool squares, double* lanes) {
+  __m512d acc = _mm512_loadu_pd(lanes);
+  const __m512d c = _mm512_set1_pd(centre);
+  for (int64_t i = 0; i < count; i += kLanes) {
+    __m512d d = _mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x + i)), c);
+    if (squares) d = _mm512_mul_pd(d, d);
+    acc = _mm512_add_pd(acc, d);
+  }
+  _mm512_storeu_pd(lanes, acc);
+}
+
+void avx512_normalise(const float* x, float* out, int64_t count, double mean, double inv_std, const double* w,
+                      const double* b) {
+  const __m512d m = _mm512_set1_pd(mean), s = _mm512_set1_pd(inv_std);
+  const __m512d wv = _mm512_set1_pd(w != nullptr ? *w : 1.0), bv = _mm512_set1_pd(b != nullptr ? *b : 0.0);
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    __m512d y = _mm512_mul_pd(_mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x + i)), m), s);
+    if (w != nullptr) y = _mm512_mul_pd(y, wv);
+    if (b != nullptr) y = _mm512_add_pd(y, bv);
+    _mm256_storeu_ps(out + i, _mm512_cvtpd_ps(y));
+  }
+  portable_normalise(x + i, out + i, count - i, mean, inv_std, w, b);
+}
+TESSERA_AVX512_END
+
+constexpr Loops kAvx2{avx2_terms, avx2_normalise};
+constexpr Loops kAvx512{avx512_terms, avx512_normalise};
+#endif
+
+const Loops& loops_for(Isa isa) {
+#if TESSERA_HAVE_AVX2_PATHS
+  if (isa >= Isa::Avx512) return kAvx512;
+  if (isa == Isa::Avx2) return kAvx2;
+#endif
+  (void)isa;
+  return kPortable;
+}
 
 double fold(const double* lanes) {
   return ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) +
@@ -30,7 +136,8 @@ double fold(const double* lanes) {
 // Adds x[i * step] (centre == 0) or (x[i * step] - centre)^2, i < count, to the lanes, element
 // i into lane (first + i) mod 8: a row continues the lanes where the previous row stopped.
 template <bool kSquares>
-void add_run(const float* x, int64_t count, int64_t step, double centre, int64_t first, double* lanes) {
+void add_run(const Loops& loops, const float* x, int64_t count, int64_t step, double centre, int64_t first,
+             double* lanes) {
   auto term = [&](float v) {
     const double d = static_cast<double>(v) - centre;
     return kSquares ? d * d : d;
@@ -39,8 +146,8 @@ void add_run(const float* x, int64_t count, int64_t step, double centre, int64_t
   for (; i < count && (first + i) % kLanes != 0; ++i) lanes[(first + i) % kLanes] += term(x[i * step]);
   const int64_t full = i + (count - i) / kLanes * kLanes;
   if (step == 1) {
-    for (; i < full; i += kLanes)
-      for (int l = 0; l < kLanes; ++l) lanes[l] += term(x[i + l]);
+    loops.terms(x + i, full - i, centre, kSquares, lanes);
+    i = full;
   } else {
     for (; i < full; i += kLanes)
       for (int l = 0; l < kLanes; ++l) lanes[l] += term(x[(i + l) * step]);
@@ -54,16 +161,22 @@ struct Moments {
 
 // Mean and 1 / sqrt(variance + eps) of the elements of `rows` (a box of x whose last axis is
 // whole), row after row in row-major order.
-Moments moments(const TensorView& x, const Box& rows, double eps) {
+Moments moments(const Loops& loops, const TensorView& x, const Box& rows, double eps) {
   const int last = rows.rank() - 1;
   const int64_t width = rows.extent(last), step = x.strides[static_cast<size_t>(last)];
   const BoxRows box_rows(rows);
   int64_t index[kMaxRank];
+  const bool whole = one_run(x, rows);  // one call for a small map's group (its rows are short)
   auto total = [&](auto squares, double centre) {
     double lanes[kLanes] = {};
+    if (whole) {
+      for (int d = 0; d < rows.rank(); ++d) index[d] = rows.begin(d);
+      add_run<decltype(squares)::value>(loops, x.at<const float>(index), rows.volume(), 1, centre, 0, lanes);
+      return fold(lanes);
+    }
     for (int64_t r = 0; r < box_rows.count(); ++r) {
       box_rows.index(r, index);
-      add_run<decltype(squares)::value>(x.at<const float>(index), width, step, centre, r * width, lanes);
+      add_run<decltype(squares)::value>(loops, x.at<const float>(index), width, step, centre, r * width, lanes);
     }
     return fold(lanes);
   };
@@ -94,13 +207,16 @@ float param(const TensorView* view, int64_t at, float fallback) {
 
 // Writes columns [j0, j0 + count) of one row: out = ((x - mean) * inv_std) * w + b in double.
 // `column_params`: weight and bias vary along the row (layer_norm) or are the row's (group_norm).
-void normalise_row(const float* x, int64_t x_step, float* out, int64_t out_step, int64_t count,
-                   const Moments& m, const Affine& affine, int64_t param_index,
-                   bool column_params) {
+void normalise_row(const Loops& loops, const float* x, int64_t x_step, float* out, int64_t out_step, int64_t count,
+                   const Moments& m, const Affine& affine, int64_t param_index, bool column_params) {
   const bool has_weight = affine.weight != nullptr, has_bias = affine.bias != nullptr;
   if (!column_params) {
     const double w = param(affine.weight, param_index, 1.0f),
                  b = param(affine.bias, param_index, 0.0f);
+    if (x_step == 1 && out_step == 1) {
+      loops.normalise(x, out, count, m.mean, m.inv_std, has_weight ? &w : nullptr, has_bias ? &b : nullptr);
+      return;
+    }
     for (int64_t i = 0; i < count; ++i) {
       double y = (static_cast<double>(x[i * x_step]) - m.mean) * m.inv_std;
       if (has_weight) y *= w;
@@ -117,7 +233,9 @@ void normalise_row(const float* x, int64_t x_step, float* out, int64_t out_step,
   }
 }
 
+template <Isa kIsa>
 absl::Status layer_norm_f32(const KernelArgs& args) {
+  const Loops& loops = loops_for(kIsa);
   const Box& box = args.box;
   if (box.empty()) return absl::OkStatus();
   const LayerNormAttrs& a = args.node.attrs_as<LayerNormAttrs>();
@@ -133,15 +251,17 @@ absl::Status layer_norm_f32(const KernelArgs& args) {
     Box row = Box::of_rank(box.rank());
     for (int d = 0; d < last; ++d) row[d] = Interval(index[d], index[d] + 1);
     row[last] = Interval(0, width);
-    const Moments m = moments(x, row, a.eps);
-    normalise_row(x.at<const float>(index), x.strides[static_cast<size_t>(last)],
+    const Moments m = moments(loops, x, row, a.eps);
+    normalise_row(loops, x.at<const float>(index), x.strides[static_cast<size_t>(last)],
                   args.out.at<float>(index), args.out.strides[static_cast<size_t>(last)], columns,
                   m, affine, j0, true);
   }
   return absl::OkStatus();
 }
 
+template <Isa kIsa>
 absl::Status group_norm_f32(const KernelArgs& args) {
+  const Loops& loops = loops_for(kIsa);
   const Box& box = args.box;
   if (box.empty()) return absl::OkStatus();
   const GroupNormAttrs& a = args.node.attrs_as<GroupNormAttrs>();
@@ -155,7 +275,7 @@ absl::Status group_norm_f32(const KernelArgs& args) {
       Box group = Box::full(shape);
       group[0] = Interval(n, n + 1);
       group[1] = Interval(g * group_size, (g + 1) * group_size);
-      const Moments m = moments(x, group, a.eps);
+      const Moments m = moments(loops, x, group, a.eps);
       const Box part = box.intersect(group);
       if (part.empty()) continue;
       int64_t index[kMaxRank];
@@ -164,7 +284,7 @@ absl::Status group_norm_f32(const KernelArgs& args) {
         const BoxRows rows(rows_box);
         for (int64_t r = 0; r < rows.count(); ++r) {
           rows.index(r, index);
-          normalise_row(x.at<const float>(index), x.strides[static_cast<size_t>(last)],
+          normalise_row(loops, x.at<const float>(index), x.strides[static_cast<size_t>(last)],
                         args.out.at<float>(index), args.out.strides[static_cast<size_t>(last)],
                         rows_box.extent(last), m, affine, index[1], /*column_params=*/rank == 2);
         }
@@ -183,7 +303,7 @@ absl::Status group_norm_f32(const KernelArgs& args) {
           continue;
         }
         for (int d = 0; d < rank; ++d) index[d] = plane.begin(d);
-        normalise_row(x.at<const float>(index), 1, args.out.at<float>(index), 1, plane.volume(), m, affine, c, false);
+        normalise_row(loops, x.at<const float>(index), 1, args.out.at<float>(index), 1, plane.volume(), m, affine, c, false);
       }
     }
   }
@@ -199,12 +319,16 @@ bool all_f32(const Graph& graph, const Node& node) {
 
 }  // namespace
 
-KernelFn layer_norm_kernel(const Graph& graph, const Node& node, Isa) {
-  return all_f32(graph, node) && node.rank() >= 1 ? layer_norm_f32 : nullptr;
+KernelFn layer_norm_kernel(const Graph& graph, const Node& node, Isa isa) {
+  if (!all_f32(graph, node) || node.rank() < 1) return nullptr;
+  if (isa >= Isa::Avx512) return layer_norm_f32<Isa::Avx512>;
+  return isa == Isa::Avx2 ? layer_norm_f32<Isa::Avx2> : layer_norm_f32<Isa::Portable>;
 }
 
-KernelFn group_norm_kernel(const Graph& graph, const Node& node, Isa) {
-  return all_f32(graph, node) && node.rank() >= 2 ? group_norm_f32 : nullptr;
+KernelFn group_norm_kernel(const Graph& graph, const Node& node, Isa isa) {
+  if (!all_f32(graph, node) || node.rank() < 2) return nullptr;
+  if (isa >= Isa::Avx512) return group_norm_f32<Isa::Avx512>;
+  return isa == Isa::Avx2 ? group_norm_f32<Isa::Avx2> : group_norm_f32<Isa::Portable>;
 }
 
 }  // namespace tessera::cpu

@@ -37,19 +37,31 @@ void check_all(const OpFixture& f, const kernel_testing::Tolerance& tolerance,
   }
 }
 
+// The norms' vector loops do the scalar code's operations in its order: every instruction set
+// gives the portable kernel's bits.
+void check_same_bits_on_every_isa(const OpFixture& f) {
+  const Box full = Box::full(f.node().shape);
+  const std::vector<float> portable = f.run(f.optimised(cpu::Isa::Portable), full);
+  for (cpu::Isa isa : kernel_testing::test_isas()) {
+    CAPTURE(cpu::isa_name(isa));
+    const std::vector<float> got = f.run(f.optimised(isa), full);
+    CHECK(std::memcmp(got.data(), portable.data(), got.size() * sizeof(float)) == 0);
+  }
+}
+
 Tensor maybe_param(Graph& g, const char* name, int64_t size, bool present) {
   return present ? g.input(name, {size}, DType::F32) : Tensor{};
 }
 
 }  // namespace
 
-TEST_CASE("kernels: group_norm matches the reference and is box-independent") {
+TEST_CASE("kernels: group_norm matches the reference, is box-independent and has the same bits on every instruction set") {
   const uint64_t seed = 101;
   std::mt19937_64 rng(seed);
   CAPTURE(seed);
   const std::vector<std::pair<Shape, int64_t>> cases = {
       {{1, 8, 9, 13}, 2}, {{2, 6, 5, 7}, 3}, {{1, 12, 17, 3}, 12}, {{1, 5, 11, 19}, 1},
-      {{2, 9, 31}, 3},    {{3, 10}, 5},      {{1, 4, 1, 1}, 2},
+      {{2, 9, 31}, 3},    {{3, 10}, 5},      {{1, 4, 1, 1}, 2}, {{1, 16, 12, 21}, 4},  // the last: long runs
   };
   for (size_t k = 0; k < cases.size(); ++k) {
     const auto& [shape, groups] = cases[k];
@@ -62,10 +74,11 @@ TEST_CASE("kernels: group_norm matches the reference and is box-independent") {
     f.prepare(rng, {{1.0, 3.0}, {0.5, 1.5}, {-1, 1}});
     check_all(
         f, [](int64_t, double ref) { return norm_tolerance(ref); }, rng);
+    check_same_bits_on_every_isa(f);
   }
 }
 
-TEST_CASE("kernels: layer_norm matches the reference and is box-independent") {
+TEST_CASE("kernels: layer_norm matches the reference, is box-independent and has the same bits on every instruction set") {
   const uint64_t seed = 102;
   std::mt19937_64 rng(seed);
   CAPTURE(seed);
@@ -80,6 +93,7 @@ TEST_CASE("kernels: layer_norm matches the reference and is box-independent") {
     f.prepare(rng, {{-3.0, 5.0}, {0.5, 1.5}, {-1, 1}});
     check_all(
         f, [](int64_t, double ref) { return norm_tolerance(ref); }, rng);
+    check_same_bits_on_every_isa(f);
   }
 }
 
