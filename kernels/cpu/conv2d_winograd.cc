@@ -25,6 +25,8 @@
 // and walking a chunk down the image: that order reads the input in short strided runs.)
 // Scratch (the call's): U unless prepared, the packed rows, V, M and two output rows.
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -37,8 +39,9 @@ namespace tessera::cpu::conv {
 
 namespace {
 
-constexpr int64_t kTiles = 48;              // tiles per chunk: three AVX-512 vectors, six AVX2
-constexpr int64_t kPhaseLen = kTiles + 16;  // entries 0 .. kTiles of a phase, padded
+constexpr int64_t kTiles = 48;                // tiles per chunk: three AVX-512 vectors, six AVX2
+constexpr int64_t kEntries = 64;              // packed entries per chunk (its tiles and the gaps between segments)
+constexpr int64_t kPhaseLen = kEntries + 16;  // entries 0 .. kEntries of a phase, padded
 constexpr int64_t kMinChannels = 8;
 constexpr int64_t kMaxUFloats = 1 << 21;  // bounds U's scratch (8 MiB)
 constexpr int64_t kMaxOcb = 8;            // output channels per block, any instruction set
@@ -49,8 +52,8 @@ struct WinogradOps {
   int gemm_vectors = 2;  // the most vectors of tiles per gemm call (2 or 3)
   PairsFn deinterleave = nullptr;  // stride-2 spans (scatter_phases)
   // [0]: F(2, 3), [1]: F(2, 5).
-  void (*input_transform[2])(const float* const* rows, int64_t phase_len, int64_t vectors, float* v,
-                             int64_t xi_stride) = {};
+  void (*input_transform[2])(const float* const* rows, int64_t phase_len, int64_t vectors, const uint32_t* keep,
+                             float* v, int64_t xi_stride) = {};
   // gemm[k - 1]: k vectors of tiles (gemm[2] takes gemm_vectors).
   using GemmFn = void (*)(const float* u, int64_t u_stride, const float* v, int64_t v_stride,
                           int64_t channels, float* m, int64_t m_stride);
@@ -104,12 +107,32 @@ inline void interleave(Vec a, Vec b, float* p) {
   _mm256_storeu_ps(p, _mm256_permute2f128_ps(lo, hi, 0x20));
   _mm256_storeu_ps(p + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
 }
+// kept_lanes[m]: the indices of the lanes set in the 8-bit mask m, lowest first.
+constexpr auto kept_lanes = [] {
+  std::array<std::array<int32_t, 8>, 256> t{};
+  for (int m = 0; m < 256; ++m)
+    for (int lane = 0, k = 0; lane < 8; ++lane)
+      if (m >> lane & 1) t[static_cast<size_t>(m)][static_cast<size_t>(k++)] = lane;
+  return t;
+}();
+// The lanes of x set in `keep` (8 bits), in order, at p[0 .. popcount(keep)).
+inline void store_kept(float* p, Vec x, uint32_t keep) {
+  const __m256i lanes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kept_lanes[keep].data()));
+  _mm256_maskstore_ps(p, avx2::tail_mask(std::popcount(keep)), _mm256_permutevar8x32_ps(x, lanes));
+}
 // The even and odd elements of a, b (16 floats) at even, odd.
 inline void split(Vec a, Vec b, float* even, float* odd) {
   const __m256d e = _mm256_castps_pd(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)));
   const __m256d o = _mm256_castps_pd(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
   _mm256_storeu_ps(even, _mm256_castpd_ps(_mm256_permute4x64_pd(e, _MM_SHUFFLE(3, 1, 2, 0))));
   _mm256_storeu_ps(odd, _mm256_castpd_ps(_mm256_permute4x64_pd(o, _MM_SHUFFLE(3, 1, 2, 0))));
+}
+// split() of the first `pairs` < kLanes pairs only.
+inline void split_tail(const float* src, int64_t pairs, float* even, float* odd) {
+  for (int64_t i = 0; i < pairs; ++i) {
+    even[i] = src[2 * i];
+    odd[i] = src[2 * i + 1];
+  }
 }
 
 #include "kernels/cpu/conv2d_winograd.inc"
@@ -158,11 +181,27 @@ inline void interleave(Vec a, Vec b, float* p) {
   _mm512_storeu_ps(p, _mm512_permutex2var_ps(a, lo, b));
   _mm512_storeu_ps(p + 16, _mm512_permutex2var_ps(a, hi, b));
 }
+inline void store_kept(float* p, Vec x, uint32_t keep) {
+  const auto kept = static_cast<__mmask16>((1u << std::popcount(keep)) - 1);
+  _mm512_mask_storeu_ps(p, kept, _mm512_maskz_compress_ps(static_cast<__mmask16>(keep), x));
+}
 inline void split(Vec a, Vec b, float* even, float* odd) {
   const __m512i e = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i o = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
   _mm512_storeu_ps(even, _mm512_permutex2var_ps(a, e, b));
   _mm512_storeu_ps(odd, _mm512_permutex2var_ps(a, o, b));
+}
+// Masked loads and stores: the floats past the pairs are neither read nor written.
+inline void split_tail(const float* src, int64_t pairs, float* even, float* odd) {
+  const int64_t floats = 2 * pairs;
+  const auto first = static_cast<__mmask16>((1u << std::min<int64_t>(floats, 16)) - 1);
+  const auto second = static_cast<__mmask16>((1u << std::max<int64_t>(floats - 16, 0)) - 1);
+  const Vec a = _mm512_maskz_loadu_ps(first, src), b = _mm512_maskz_loadu_ps(second, src + 16);
+  const __m512i e = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i o = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  const auto kept = static_cast<__mmask16>((1u << pairs) - 1);
+  _mm512_mask_storeu_ps(even, kept, _mm512_permutex2var_ps(a, e, b));
+  _mm512_mask_storeu_ps(odd, kept, _mm512_permutex2var_ps(a, o, b));
 }
 
 #include "kernels/cpu/conv2d_winograd.inc"
@@ -256,6 +295,7 @@ void transform_weights(const Geometry& g, const TensorView& w, int64_t o_begin, 
 // holds input column 2 (tx0 + e) - pad_w + p, or zero where that lies outside the image or x's
 // view, for the tiles + r / 2 entries the input transform of these tiles reads (footprint()).
 int64_t footprint(const Geometry& g, int64_t tiles) { return tiles + g.r / 2; }
+int64_t footprint(int64_t r, int64_t tiles) { return tiles + r / 2; }
 
 void pack_rows(const WinogradOps& ops, const Geometry& g, const KernelInput& x, int64_t n,
                int64_t ty, int64_t tx0, int64_t tiles, int64_t offset, float* rows) {
@@ -268,20 +308,29 @@ void pack_rows(const WinogradOps& ops, const Geometry& g, const KernelInput& x, 
   const int64_t k_hi =
       std::min<int64_t>({2 * tiles + g.r - 1, g.width - first, x.extent.end(3) - first});
   const int64_t step = x.strides[3];
+  const int64_t span = 2 * footprint(g, tiles);  // span columns [0, span): entries [0, footprint)
   rows += offset;
-  for (int64_t row = 0; row < g.n() * g.channels; ++row)
-    for (int64_t phase = 0; phase < 2; ++phase)
-      std::fill_n(rows + (2 * row + phase) * kPhaseLen, footprint(g, tiles), 0.0f);
-  if (k_lo >= k_hi) return;
+  // Zeros where no input column is copied: span columns [0, k_lo) and [k_hi, span), or all of
+  // a row outside the image or the view.
+  auto zero = [&](float* row, int64_t lo, int64_t hi) {
+    for (int64_t k = lo; k < hi; ++k) row[(k % 2) * kPhaseLen + k / 2] = 0.0f;
+  };
   // A channel's n rows at a time: they lie one input row apart, one stream for the prefetcher
   // (rows outer, channels inner measured 3-6% slower on a 64-channel 3x3 layer).
   for (int64_t c = 0; c < g.channels; ++c) {
     for (int64_t r = 0; r < g.n(); ++r) {
+      float* row = rows + (r * g.channels + c) * 2 * kPhaseLen;
       const int64_t ih = 2 * ty - g.pad_h + r;
-      if (ih < row_lo || ih >= row_hi) continue;
+      if (ih < row_lo || ih >= row_hi || k_lo >= k_hi) {
+        std::fill_n(row, footprint(g, tiles), 0.0f);
+        std::fill_n(row + kPhaseLen, footprint(g, tiles), 0.0f);
+        continue;
+      }
+      zero(row, 0, k_lo);
+      zero(row, k_hi, span);
       const int64_t at[4] = {n, c, ih, first + k_lo};
-      scatter_phases(x.at<const float>(at), step, first + k_lo, first + k_hi, first, 2,
-                     rows + (r * g.channels + c) * 2 * kPhaseLen, kPhaseLen, ops.deinterleave);
+      scatter_phases(x.at<const float>(at), step, first + k_lo, first + k_hi, first, 2, row, kPhaseLen,
+                     ops.deinterleave);
     }
   }
 }
@@ -319,33 +368,44 @@ absl::Status conv2d_winograd(const KernelArgs& args) {
   const int64_t out_step = args.out.strides[3];
   const int64_t tx_begin = box.begin(3) / 2, tx_end = (box.end(3) + 1) / 2;
   const int64_t ty_begin = box.begin(2) / 2, ty_end = (box.end(2) + 1) / 2;
-  // A chunk gives the gemm up to kTiles tiles: segments (a run of one tile row's tiles, rows
-  // wider than a chunk cut at kTiles) packed one after another, each footprint() entries after
-  // the previous one's start, so that the transform of a segment's last tile reads its own
-  // columns only (the tiles between segments compute values never stored). Narrow boxes (an
-  // edit's) thus fill whole vectors with several tile rows; a segment is never cut to fit what
-  // is left of a chunk (a row cut at 47 + 33 tiles instead of 48 + 32 took six vectors instead of
-  // five). Which tiles share a chunk never changes an output's operations.
+  // A chunk gives the gemm up to kTiles tiles: segments (runs of one tile row's tiles) packed
+  // one after another, each footprint() entries after the previous one's start, so that the
+  // transform of a segment's last tile reads its own columns only. The input transform drops
+  // the entries between segments (keep), so the gemm and the output transform see the tiles
+  // alone: a chunk takes whole tile rows of a narrow box (an edit's) and cuts the row that does
+  // not fit, filling its vectors. Which tiles share a chunk never changes an output's operations.
   struct Segment {
-    int64_t ty, tx0, tiles, offset;
+    int64_t ty, tx0, tiles, offset, first;  // offset: its first entry; first: its first tile in the chunk
   };
   Segment segments[kTiles];
+  uint32_t keep[kEntries / 8 + 1];
   for (int64_t n = box.begin(0); n < box.end(0); ++n)
     for (int64_t ty = ty_begin, tx0 = tx_begin; ty < ty_end;) {
-      int64_t count = 0, next = 0;  // next: the entry where a further segment would start
-      while (ty < ty_end) {
-        const int64_t tiles = std::min(kTiles, tx_end - tx0);
-        if (next + tiles > kTiles) break;
-        segments[count++] = {ty, tx0, tiles, next};
-        next += footprint(g, tiles);
+      int64_t count = 0, entries = 0, tiles_in = 0;
+      while (ty < ty_end && tiles_in < kTiles) {
+        int64_t tiles = std::min({kTiles - tiles_in, tx_end - tx0, kEntries - footprint(kR, entries)});
+        if (count > 0 && tiles < tx_end - tx0) {
+          // A row that does not fit is cut only to fill the chunk's last vector, and only when
+          // that vector is at least a quarter empty (a cut costs a segment, and the gaps cost
+          // the input transform a vector more).
+          const int64_t empty = (tiles_in + lanes - 1) / lanes * lanes - tiles_in;
+          tiles = empty >= lanes / 4 ? std::min(tiles, empty) : 0;
+        }
+        if (tiles <= 0) break;
+        segments[count++] = {ty, tx0, tiles, entries, tiles_in};
+        entries += footprint(kR, tiles);
+        tiles_in += tiles;
         tx0 += tiles;
         if (tx0 >= tx_end) {
           tx0 = tx_begin;
           ++ty;
         }
       }
-      const Segment& last = segments[count - 1];
-      const int64_t vectors = (last.offset + last.tiles + lanes - 1) / lanes;
+      const int64_t entry_vectors = (entries + lanes - 1) / lanes, vectors = (tiles_in + lanes - 1) / lanes;
+      std::fill_n(keep, entry_vectors, 0u);
+      for (int64_t k = 0; k < count; ++k)
+        for (int64_t e = segments[k].offset; e < segments[k].offset + segments[k].tiles; ++e)
+          keep[e / lanes] |= 1u << (e % lanes);
       for (int64_t k = 0; k < count; ++k)  // the chunk's residual rows, read while the gemm runs
         for (int64_t oh = 2 * segments[k].ty; oh < 2 * segments[k].ty + 2; ++oh)
           if (oh >= box.begin(2) && oh < box.end(2))
@@ -356,12 +416,12 @@ absl::Status conv2d_winograd(const KernelArgs& args) {
       // The entries past the last segment that the last vector's transform reads.
       for (int64_t row = 0; row < kN * g.channels; ++row)
         for (int64_t phase = 0; phase < 2; ++phase)
-          std::fill(rows + (2 * row + phase) * kPhaseLen + std::min(next, vectors * lanes + kR / 2),
-                    rows + (2 * row + phase) * kPhaseLen + vectors * lanes + kR / 2, 0.0f);
+          std::fill(rows + (2 * row + phase) * kPhaseLen + std::min(entries, entry_vectors * lanes + kR / 2),
+                    rows + (2 * row + phase) * kPhaseLen + entry_vectors * lanes + kR / 2, 0.0f);
       for (int64_t c = 0; c < g.channels; ++c) {
         const float* channel_rows[kN];
         for (int64_t r = 0; r < kN; ++r) channel_rows[r] = rows + (r * g.channels + c) * 2 * kPhaseLen;
-        ops.input_transform[kR / 5](channel_rows, kPhaseLen, vectors, v + c * kTiles, xi_v);
+        ops.input_transform[kR / 5](channel_rows, kPhaseLen, entry_vectors, keep, v + c * kTiles, xi_v);
       }
       for (int64_t o0 = box.begin(1); o0 < box.end(1); o0 += ocb) {
         for (int64_t xi = 0; xi < kXis; ++xi) {
@@ -386,7 +446,7 @@ absl::Status conv2d_winograd(const KernelArgs& args) {
               if (oh < box.begin(2) || oh >= box.end(2)) continue;
               const int64_t at[4] = {n, o, oh, ow_begin};
               float* dst = args.out.at<float>(at);
-              const float* src = out_row[r] + 2 * seg.offset + (ow_begin - 2 * seg.tx0);
+              const float* src = out_row[r] + 2 * seg.first + (ow_begin - 2 * seg.tx0);
               if (epilogue.residual != nullptr) {
                 epilogue.finish(src, ow_end - ow_begin, dst, out_step, n, o, oh, ow_begin);
               } else if (out_step == 1) {

@@ -123,6 +123,11 @@ std::vector<ConvCase> winograd_cases() {
   ConvCase uneven{13, 8, 10, 21, 3, 3, params(1, 1)};
   uneven.params.pad_h = 0;
   cases.insert(cases.end() - 1, uneven);
+  // Chunks of many tile rows: narrow rows (up to ten segments a chunk, the packed entries'
+  // limit), and rows a chunk cuts to fill its last vector.
+  const ConvCase narrow{8, 9, 40, 9, 3, 3, params(1, 1)}, narrow5{8, 8, 30, 11, 5, 5, params(1, 2)},
+      cut{9, 10, 8, 68, 3, 3, params(1, 1)};
+  cases.insert(cases.end() - 1, {narrow, narrow5, cut});
   return cases;
 }
 
