@@ -24,6 +24,7 @@ struct HostStep {
   const void* prepared = nullptr;  // prepare_node's data (KernelNode::prepared)
   int64_t cost = 1;  // work per output element (the reduction depth of matmul-like ops)
   int split_from = 0;  // the outermost axis tile_of prefers to cut
+  int split_unit = 1;  // cuts of that axis fall on multiples of this (absolute coordinates)
   // The weight bytes a linear streams from memory (its packed weight, or its constant weight
   // when nothing was prepared); empty for other steps. Waiting team members read ahead into
   // them (HostBackend::read_ahead).
@@ -44,6 +45,11 @@ constexpr int64_t kReadAheadBytes = 2 << 20;
 // rows of its tile, where a channel split makes every member read all of the input (1x1 convs
 // are bound by that memory traffic). Other ops cut from their outermost axis.
 int preferred_split_axis(const Node& node) { return node.kind == OpKind::Conv2d ? 2 : 0; }
+// A stride-1 conv2d cuts its rows at even rows: the Winograd kernel computes 2x2 output tiles at
+// even rows of the whole output, and a cut through one makes both members compute it.
+int split_unit(const Node& node) {
+  return node.kind == OpKind::Conv2d && node.attrs_as<Conv2dAttrs>().stride_h == 1 ? 2 : 1;
+}
 
 // A launch with less work than this is one tile: cutting it would cost more in waiting for
 // the tiles than it saves.
@@ -60,18 +66,22 @@ int64_t work_per_element(const Graph& graph, const Node& node) {
   }
 }
 
+// Elements per step of a cut along axis d of a box of `rank`: 64 on the innermost axis,
+// `split_unit` on axis `split_from`, else 1. Cuts fall on multiples of it.
+int64_t cut_unit(int d, int rank, int split_from, int split_unit) {
+  return d == rank - 1 ? 64 : d == split_from ? split_unit : 1;
+}
+
 // Tile `member` of `members` (here: of tiles) of `box`: cut along the outermost axis with at least 4 steps per
 // member (from axis `split_from` first, then from axis 0), else the outermost that divides evenly, else the outermost with at least `members`
-// elements, else the widest; a step is an element, on the innermost axis 64 elements (where
-// its cuts fall). An
+// elements, else the widest; a step is cut_unit() elements (where its cuts fall). An
 // image of 3 or 4 output channels thus splits along its rows: 3 channels on 2 members would give
 // one member twice the other's work, and each member of a channel split reads (a conv: packs)
 // the whole input for only a few channels.
-Box tile_of(const Box& box, int member, int members, int split_from) {
+Box tile_of(const Box& box, int member, int members, int split_from, int split_unit) {
   const int rank = box.rank();
   if (rank == 0) return member == 0 ? box : Box::of_rank(0);
-  // Elements per step of a cut: innermost cuts move in steps of 64.
-  auto unit = [&](int d) -> int64_t { return d == rank - 1 ? 64 : 1; };
+  auto unit = [&](int d) { return cut_unit(d, rank, split_from, split_unit); };
   int axis = -1;
   for (int d = std::min(split_from, rank - 1); d < rank && axis < 0; ++d)
     if (box.extent(d) >= 4 * members * unit(d)) axis = d;
@@ -89,7 +99,8 @@ Box tile_of(const Box& box, int member, int members, int split_from) {
   const int64_t begin = box.begin(axis), extent = box.extent(axis);
   auto cut = [&](int k) {
     int64_t at = begin + extent * k / members;
-    if (axis == rank - 1 && k > 0 && k < members) at = std::clamp<int64_t>((at + 32) / 64 * 64, begin, begin + extent);
+    const int64_t step = unit(axis);
+    if (step > 1 && k > 0 && k < members) at = std::clamp<int64_t>((at + step / 2) / step * step, begin, begin + extent);
     return at;
   };
   Box tile = box;
@@ -101,21 +112,22 @@ Box tile_of(const Box& box, int member, int members, int split_from) {
 // into: one below kSplitWork; else up to kTilesPerMember per member (members claim them as they
 // finish, so one the OS deschedules delays the launch by a tile, not by a share), fewer where
 // the preferred axes have no room for 4 steps per tile (a conv cut into a few rows per tile
-// would pack its halo rows again for each).
+// would pack its halo rows again for each), and a multiple of the members (3 tiles on 2
+// members take as long as 4).
 constexpr int kTilesPerMember = 4;
 
-int tile_count(const Box& box, int64_t work, int members, int split_from) {
+int tile_count(const Box& box, int64_t work, int members, int split_from, int split_unit) {
   if (work < kSplitWork || box.rank() == 0) return 1;
   const int rank = box.rank();
   auto has_room = [&](int tiles) {
     for (int d = std::min(split_from, rank - 1); d < rank; ++d)
-      if (box.extent(d) >= 4 * tiles * (d == rank - 1 ? 64 : 1)) return true;
+      if (box.extent(d) >= 4 * tiles * cut_unit(d, rank, split_from, split_unit)) return true;
     return false;
   };
   int tiles = static_cast<int>(
       std::clamp<int64_t>(work / kSplitWork, members, int64_t{members} * kTilesPerMember));
   while (tiles > members && !has_room(tiles)) --tiles;
-  return tiles;
+  return tiles / members * members;
 }
 
 class HostPreparedPlan final : public PreparedPlan {
@@ -205,7 +217,7 @@ absl::StatusOr<std::unique_ptr<PreparedPlan>> HostBackend::prepare(const Graph& 
     const Node& node = graph.node(ps.node);
     if (absl::Status supported = supports(graph, node); !supported.ok()) return supported;
     HostStep step{kernel_for(graph, node), &node, kernel_node(graph, node).constant_data, nullptr,
-                  work_per_element(graph, node), preferred_split_axis(node)};
+                  work_per_element(graph, node), preferred_split_axis(node), split_unit(node)};
     if (step.kernel == nullptr)
       return absl::InternalError("[backend] supported op without a kernel");
     step.prepared = prepare_node(graph, node, step.kernel);
@@ -244,7 +256,7 @@ absl::Status HostBackend::run_launch(const PreparedPlan& prepared, const StepLau
   node.prepared = step.prepared;
   for (const Box& box : launch.boxes) {
     if (tiles > 1 && box.rank() == 0 && tile != 0) continue;  // a scalar is one tile's
-    const Box part = tiles > 1 ? tile_of(box, tile, tiles, step.split_from) : box;
+    const Box part = tiles > 1 ? tile_of(box, tile, tiles, step.split_from, step.split_unit) : box;
     if (part.empty() && part.rank() > 0) continue;
     if (absl::Status status = step.kernel(KernelArgs{node, launch.inputs, launch.out, part, scratch}); !status.ok())
       return status;
@@ -299,7 +311,7 @@ absl::Status HostBackend::run(const PreparedPlan& prepared, std::span<const Step
     }
     tiles_[j].claimed.store(0, std::memory_order_relaxed);
     tiles_[j].done.store(0, std::memory_order_relaxed);
-    tiles_[j].total = static_cast<uint32_t>(tile_count(widest, elements * step.cost, members, step.split_from));
+    tiles_[j].total = static_cast<uint32_t>(tile_count(widest, elements * step.cost, members, step.split_from, step.split_unit));
   }
   // For read_ahead: each launch's first streaming launch at or after it, and the bytes streamed
   // by the launches before each.
