@@ -221,8 +221,13 @@ struct Geometry {
   int64_t r = 3;
   int64_t n() const { return r + 1; }                          // a tile's input rows and columns
   int64_t xis() const { return n() * n(); }                    // products per tile and channel pair
-  int64_t u_stride() const { return out_channels + kMaxOcb; }  // U's floats per (xi, c)
-  int64_t u_floats() const { return xis() * channels * u_stride(); }
+  // U in blocks of `ocb` output channels (the last one padded with zeros): block b holds
+  // U[xi][c][o] for o in [b * ocb, (b + 1) * ocb) at ((b * xis + xi) * channels + c) * ocb + o %
+  // ocb, so the gemm of one block and xi reads channels * ocb consecutive floats and a chunk
+  // streams U from start to end (a layout by channel read a line per input channel, cold for the
+  // first chunk of an edit's small box: ~100 us of a 250 us conv).
+  int64_t u_block(int64_t ocb) const { return xis() * channels * ocb; }
+  int64_t u_floats() const { return xis() * channels * (out_channels + kMaxOcb); }  // any ocb
   int64_t rows_floats() const { return n() * channels * 2 * kPhaseLen; }
   int64_t v_floats() const { return xis() * channels * kTiles; }
   int64_t m_floats() const { return xis() * kMaxOcb * kTiles; }
@@ -259,10 +264,10 @@ const double* g_matrix(int64_t r) {
   return r == 3 ? &g3[0][0] : &g5[0][0];
 }
 
-// U[xi][c][o] = (G f G^T)[xi / n][xi % n] of filter (o, c) (computed in double, rounded once), at
-// u + (xi * channels + c) * u_stride + o, for output channels [o_begin, o_end) (w's view may hold
-// only those); the other columns of u_stride are zero.
-void transform_weights(const Geometry& g, const TensorView& w, int64_t o_begin, int64_t o_end,
+// U[xi][c][o] = (G f G^T)[xi / n][xi % n] of filter (o, c) (computed in double, rounded once),
+// in blocks of `ocb` output channels (Geometry::u_block), for output channels [o_begin, o_end)
+// (w's view may hold only those); every other float of the blocks holding them is zero.
+void transform_weights(const Geometry& g, int64_t ocb, const TensorView& w, int64_t o_begin, int64_t o_end,
                        float* u) {
   std::fill(u, u + g.u_floats(), 0.0f);
   const int64_t r = g.r, n = g.n();
@@ -285,7 +290,7 @@ void transform_weights(const Geometry& g, const TensorView& w, int64_t o_begin, 
         for (int64_t j = 0; j < n; ++j) {
           double sum = 0;
           for (int64_t b = 0; b < r; ++b) sum += t[i][b] * gm[j * r + b];
-          u[((n * i + j) * g.channels + c) * g.u_stride() + o] = static_cast<float>(sum);
+          u[(o / ocb) * g.u_block(ocb) + ((n * i + j) * g.channels + c) * ocb + o % ocb] = static_cast<float>(sum);
         }
     }
 }
@@ -353,7 +358,7 @@ absl::Status conv2d_winograd(const KernelArgs& args) {
   if (u == nullptr) {
     float* own = carver.take<float>(g.u_floats());
     if (own == nullptr) return absl::InternalError("[conv2d] kernel scratch too small");
-    transform_weights(g, args.inputs[1], box.begin(1), box.end(1), own);
+    transform_weights(g, ops.ocb, args.inputs[1], box.begin(1), box.end(1), own);
     u = own;
   }
   float* rows = carver.take<float>(g.rows_floats());
@@ -364,7 +369,7 @@ absl::Status conv2d_winograd(const KernelArgs& args) {
     return absl::InternalError("[conv2d] kernel scratch too small");
   float* const out_row[2] = {out_rows, out_rows + 2 * kTiles};
   const int64_t ocb = ops.ocb, lanes = ops.lanes;
-  const int64_t xi_v = g.channels * kTiles, xi_u = g.channels * g.u_stride(), xi_m = ocb * kTiles;
+  const int64_t xi_v = kTiles, c_v = kXis * kTiles, xi_u = g.channels * ocb, xi_m = ocb * kTiles;
   const int64_t out_step = args.out.strides[3];
   const int64_t tx_begin = box.begin(3) / 2, tx_end = (box.end(3) + 1) / 2;
   const int64_t ty_begin = box.begin(2) / 2, ty_end = (box.end(2) + 1) / 2;
@@ -421,18 +426,25 @@ absl::Status conv2d_winograd(const KernelArgs& args) {
       for (int64_t c = 0; c < g.channels; ++c) {
         const float* channel_rows[kN];
         for (int64_t r = 0; r < kN; ++r) channel_rows[r] = rows + (r * g.channels + c) * 2 * kPhaseLen;
-        ops.input_transform[kR / 5](channel_rows, kPhaseLen, entry_vectors, keep, v + c * kTiles, xi_v);
+        ops.input_transform[kR / 5](channel_rows, kPhaseLen, entry_vectors, keep, v + c * c_v, xi_v);
       }
-      for (int64_t o0 = box.begin(1); o0 < box.end(1); o0 += ocb) {
+      // Output channels by blocks of U (the channels of a block outside the box are computed,
+      // not stored).
+      for (int64_t o0 = box.begin(1) / ocb * ocb; o0 < box.end(1); o0 += ocb) {
+        const float* u_block = u + o0 / ocb * g.u_block(ocb);
         for (int64_t xi = 0; xi < kXis; ++xi) {
+          // The next gemm's U, fetched while this one runs (one stream, kept in order).
+          const char* next = reinterpret_cast<const char*>(u_block + (xi + 1) * xi_u);
+          if (xi + 1 < kXis || o0 + ocb < box.end(1))
+            for (int64_t b = 0; b < xi_u * static_cast<int64_t>(sizeof(float)); b += 64) __builtin_prefetch(next + b);
           for (int64_t k = 0; k < vectors;) {
             const int64_t count_v = std::min<int64_t>(ops.gemm_vectors, vectors - k);
-            ops.gemm[count_v - 1](u + xi * xi_u + o0, g.u_stride(), v + xi * xi_v + k * lanes, kTiles, g.channels,
+            ops.gemm[count_v - 1](u_block + xi * xi_u, ocb, v + xi * xi_v + k * lanes, c_v, g.channels,
                                   m + xi * xi_m + k * lanes, kTiles);
             k += count_v;
           }
         }
-        for (int64_t j = 0; j < ocb && o0 + j < box.end(1); ++j) {
+        for (int64_t j = std::max<int64_t>(0, box.begin(1) - o0); j < ocb && o0 + j < box.end(1); ++j) {
           const int64_t o = o0 + j;
           ops.output_transform[kR / 5](m + j * kTiles, xi_m, vectors, bias != nullptr ? bias->at<const float>(&o) : nullptr,
                                        relu_in_transform, out_row);
@@ -538,7 +550,12 @@ std::shared_ptr<const void> winograd_prepare(const Graph& graph, const Node& nod
   const Geometry g = geometry_of(graph, node);
   std::shared_ptr<float[]> u(new (std::nothrow) float[static_cast<size_t>(g.u_floats())]);
   if (u == nullptr) return nullptr;  // the kernel transforms the weights itself
-  transform_weights(g, dense_view(const_cast<void*>(data), DType::F32, Box::full(w.shape)), 0,
+#if TESSERA_HAVE_AVX2_PATHS
+  const int64_t ocb = kernel == winograd_kernel(graph, node, Isa::Avx2) ? avx2_ops().ocb : avx512_ops().ocb;
+#else
+  const int64_t ocb = kMaxOcb;
+#endif
+  transform_weights(g, ocb, dense_view(const_cast<void*>(data), DType::F32, Box::full(w.shape)), 0,
                     g.out_channels, u.get());
   return u;
 }
