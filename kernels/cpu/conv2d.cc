@@ -193,6 +193,7 @@ using conv::scatter_phases;
 
 // Output columns packed at once: bounds the scratch whatever the image width.
 constexpr int64_t kChunk = 256;
+constexpr int64_t kRowsEntries = 128;  // rows mode: the most pixels one row of rows takes
 // Output pixels (per sample and channel) from which a call repacks its weights: below, the copy
 // costs more than the adjacent broadcasts save (measured: 2% faster on 200x240 images, up to 10%
 // slower on 16x20 ones).
@@ -223,8 +224,9 @@ struct Geometry {
     return floats % (2 * kMaxLanes) == 0 ? floats + kMaxLanes : floats;
   }
   int64_t ring_slots() const { return (kernel_h - 1) * dil_h + 1; }
-  int64_t rows_floats() const {
-    return in_per_group * ring_slots() * row_stride(std::min(out_width, kChunk));
+  int64_t rows_floats() const {  // the ring of packed rows, or rows mode's one per kernel row
+    return in_per_group * std::max(ring_slots() * row_stride(std::min(out_width, kChunk)),
+                                   kernel_h * row_stride(kRowsEntries));
   }
   // One group's weights, repacked (pack_weights).
   int64_t weights_floats() const { return out_per_group * in_per_group * kernel_h * kernel_w; }
@@ -249,30 +251,51 @@ Geometry geometry_of(const Conv2dAttrs& a, const Shape& x, const Shape& weight, 
   return g;
 }
 
-// Packs input row `ih` (possibly in the padding) of channels [c0, c0 + in_per_group) of sample
-// `n` for output columns [ow0, ow0 + columns) into dst + c * channel_stride (layout in
-// conv2d_internal.h). Reads only inside the input box the needed rule names; the rest is zero.
-void pack_row(const Geometry& g, const MicroTable& table, const TensorView& x, int64_t n, int64_t c0, int64_t ih,
-              int64_t ow0, int64_t columns, float* dst0, int64_t channel_stride) {
-  const int64_t phase_len = g.phase_len(columns), row_stride = g.row_stride(columns);
+// Scatters input row ih of channel c (the part output columns [ow0, ow0 + columns) read: input
+// columns [lo, hi) are needed and exist) into the phases at dst, phase_len floats each (layout in
+// conv2d_internal.h); the entries of columns outside the image are left as they are. Reads
+// only inside the input box the needed rule names.
+void pack_span(const Geometry& g, const MicroTable& table, const TensorView& x, int64_t n, int64_t c, int64_t ih,
+               int64_t ow0, int64_t columns, float* dst, int64_t phase_len) {
   const int64_t first = ow0 * g.stride_w - g.pad_w;  // input column of phase 0, entry 0
   const int64_t needed = (columns - 1) * g.stride_w + (g.kernel_w - 1) * g.dil_w + 1;
-  // Input columns [lo, hi) are needed and exist.
   const int64_t lo = std::max<int64_t>(first, 0);
   const int64_t hi = std::min<int64_t>(first + needed, g.width);
-  const bool inside = ih >= 0 && ih < g.height && lo < hi;
+  if (ih < 0 || ih >= g.height || lo >= hi) return;
+  const int64_t at[4] = {n, c, ih, lo};
+  scatter_phases(x.at<const float>(at), x.strides[3], lo, hi, first, g.stride_w, dst, phase_len, table.pairs);
+}
+
+// Packs input row `ih` (possibly in the padding) of channels [c0, c0 + in_per_group) of sample
+// `n` for output columns [ow0, ow0 + columns) into dst + c * channel_stride; the rest is zero.
+void pack_row(const Geometry& g, const MicroTable& table, const TensorView& x, int64_t n, int64_t c0, int64_t ih,
+              int64_t ow0, int64_t columns, float* dst0, int64_t channel_stride) {
   for (int64_t c = 0; c < g.in_per_group; ++c) {
     float* dst = dst0 + c * channel_stride;
-    std::memset(dst, 0, sizeof(float) * static_cast<size_t>(row_stride));
-    if (!inside) continue;
-    const int64_t at[4] = {n, c0 + c, ih, lo};
-    scatter_phases(x.at<const float>(at), x.strides[3], lo, hi, first, g.stride_w, dst, phase_len, table.pairs);
+    std::memset(dst, 0, sizeof(float) * static_cast<size_t>(g.row_stride(columns)));
+    pack_span(g, table, x, n, c0 + c, ih, ow0, columns, dst, g.phase_len(columns));
   }
 }
 
-// `total` items in the fewest blocks of at most `most`, of balanced sizes (the first ones one
-// larger): 10 vectors in blocks of 3 are 3, 3, 2, 2 rather than 3, 3, 3, 1, whose last block
-// would be bound by its loads.
+// Rows mode: output rows [oh, oh + rows) of a chunk run as one row of rows x seg pixels: one
+// packed row per kernel row holds, from entry r * seg of each phase, the input that output row
+// oh + r reads there (seg: the entries an output row's taps read), so the short rows of small
+// maps fill whole vectors. The pixels between rows compute values never stored; each element's
+// operations are those of one row at a time.
+// The packed rows are laid out for `span` pixels (rows * seg or more).
+void pack_rows_mode(const Geometry& g, const MicroTable& table, const TensorView& x, int64_t n, int64_t c0,
+                    int64_t oh, int64_t rows, int64_t seg, int64_t span, int64_t ow0, int64_t columns, float* dst0) {
+  const int64_t phase_len = g.phase_len(span), row_stride = g.row_stride(span);
+  for (int64_t c = 0; c < g.in_per_group; ++c)
+    for (int64_t kh = 0; kh < g.kernel_h; ++kh) {
+      float* dst = dst0 + (c * g.kernel_h + kh) * row_stride;
+      std::memset(dst, 0, sizeof(float) * static_cast<size_t>(row_stride));
+      for (int64_t r = 0; r < rows; ++r)
+        pack_span(g, table, x, n, c0 + c, (oh + r) * g.stride_h - g.pad_h + kh * g.dil_h, ow0, columns, dst + r * seg,
+                  phase_len);
+    }
+}
+
 struct Split {
   int64_t count, base, larger;
   Split(int64_t total, int64_t most)
@@ -317,8 +340,10 @@ struct DirectCall {
   const Box& box;
 };
 
+// Output rows [oh, oh + rows) (more than one: rows mode, seg pixels apart) of columns
+// [ow0, ow0 + columns), channels [o_begin, o_end).
 void compute_chunk(const DirectCall& args, const MicroTable& table, ConvTile& tile, int64_t n,
-                   int64_t oh, int64_t o_begin, int64_t o_end, int64_t ow0, int64_t columns,
+                   int64_t oh, int64_t rows, int64_t seg, int64_t o_begin, int64_t o_end, int64_t ow0, int64_t columns,
                    const float* packed_weights, float* acc) {
   const Conv2dAttrs& attrs = args.attrs;
   const TensorView* bias = attrs.has_bias(args.inputs.size()) ? &args.inputs[2] : nullptr;
@@ -330,7 +355,9 @@ void compute_chunk(const DirectCall& args, const MicroTable& table, ConvTile& ti
   const int64_t out_step = args.out.strides[3], out_channel_step = args.out.strides[1];
   const int64_t filter = tile.kernel_h * tile.kernel_w;
   tile.bias_stride = bias != nullptr ? bias->strides[0] : 0;
-  const int64_t vectors = (columns + lanes - 1) / lanes;
+  if (rows == 1) seg = columns;
+  const int64_t span = rows * seg;  // pixels
+  const int64_t vectors = (span + lanes - 1) / lanes;
   const Split channel_blocks(o_end - o_begin, table.max_channels);
   const Split pixel_blocks(vectors, table.max_vectors);
   auto block = [&](int64_t cb, int64_t o0, int64_t pb, int64_t v0) {
@@ -349,10 +376,10 @@ void compute_chunk(const DirectCall& args, const MicroTable& table, ConvTile& ti
     }
     tile.bias = bias != nullptr ? bias->at<const float>(&o0) : nullptr;
     const int wv = static_cast<int>(pixel_blocks.size(pb));
-    const int64_t q0 = v0 * lanes, count = std::min(wv * lanes, columns - q0);
-    const int64_t at[4] = {n, o0, oh, ow0 + q0};
-    float* out = args.out.at<float>(at);
-    if (out_step == 1) {
+    const int64_t q0 = v0 * lanes, count = std::min(wv * lanes, span - q0);
+    if (rows == 1 && out_step == 1) {
+      const int64_t at[4] = {n, o0, oh, ow0 + q0};
+      float* out = args.out.at<float>(at);
       table.at(taps, ocb, wv)(tile, q0, count, out, out_channel_step);
       if (epilogue.residual != nullptr)  // in place, while the block is in L1
         for (int j = 0; j < ocb; ++j)
@@ -360,16 +387,23 @@ void compute_chunk(const DirectCall& args, const MicroTable& table, ConvTile& ti
       return;
     }
     table.at(taps, ocb, wv)(tile, q0, count, acc, conv::kMaxBlockPixels);
-    for (int j = 0; j < ocb; ++j) {
-      if (epilogue.residual != nullptr) {
-        epilogue.finish(acc + j * conv::kMaxBlockPixels, count, out + j * out_channel_step, out_step, n, o0 + j, oh, ow0 + q0);
-        continue;
+    // Pixels [q0, q0 + count) hold columns [e0, e1) of rows r = q / seg.
+    for (int64_t r = q0 / seg; r * seg < q0 + count; ++r) {
+      const int64_t e0 = std::max(q0 - r * seg, int64_t{0}), e1 = std::min(q0 + count - r * seg, columns);
+      if (e0 >= e1) continue;
+      const int64_t at[4] = {n, o0, oh + r, ow0 + e0};
+      float* out = args.out.at<float>(at);
+      for (int j = 0; j < ocb; ++j) {
+        const float* src = acc + j * conv::kMaxBlockPixels + r * seg + e0 - q0;
+        if (epilogue.residual != nullptr) {
+          epilogue.finish(src, e1 - e0, out + j * out_channel_step, out_step, n, o0 + j, oh + r, ow0 + e0);
+          continue;
+        }
+        for (int64_t i = 0; i < e1 - e0; ++i) out[j * out_channel_step + i * out_step] = src[i];
       }
-      for (int64_t i = 0; i < count; ++i)
-        out[j * out_channel_step + i * out_step] = acc[j * conv::kMaxBlockPixels + i];
     }
   };
-  epilogue.prefetch(n, o_begin, o_end, oh, ow0, ow0 + columns);
+  for (int64_t r = 0; r < rows; ++r) epilogue.prefetch(n, o_begin, o_end, oh + r, ow0, ow0 + columns);
   for (int64_t cb = 0, o0 = o_begin; cb < channel_blocks.count; o0 += channel_blocks.size(cb++))
     for (int64_t pb = 0, v0 = 0; pb < pixel_blocks.count; v0 += pixel_blocks.size(pb++))
       block(cb, o0, pb, v0);
@@ -478,8 +512,8 @@ absl::Status run_direct(const DirectCall& args, const Geometry& g, std::span<std
   float* packed_weights = carver.take<float>(g.weights_floats());
   const int64_t slots = g.ring_slots();
   int64_t* slot_row = carver.take<int64_t>(slots);  // the input row each ring slot holds
-  int64_t* row_offset = carver.take<int64_t>(2 * g.kernel_h);  // packed, then in place
-  int64_t* tap_offset = carver.take<int64_t>(2 * g.kernel_w);
+  int64_t* row_offset = carver.take<int64_t>(3 * g.kernel_h);  // packed, in place, rows mode
+  int64_t* tap_offset = carver.take<int64_t>(3 * g.kernel_w);
   float* acc = carver.take<float>(conv::kMaxBlockChannels * conv::kMaxBlockPixels);
   if (rows == nullptr || packed_weights == nullptr || slot_row == nullptr || row_offset == nullptr ||
       tap_offset == nullptr || acc == nullptr)
@@ -497,6 +531,14 @@ absl::Status run_direct(const DirectCall& args, const Geometry& g, std::span<std
   direct.tap_offset = tap_offset + g.kernel_w;
   for (int64_t kh = 0; kh < g.kernel_h; ++kh) row_offset[g.kernel_h + kh] = kh * g.dil_h * x.strides[2];
   for (int64_t kw = 0; kw < g.kernel_w; ++kw) tap_offset[g.kernel_w + kw] = kw * g.dil_w;
+  ConvTile multi = tile;  // rows mode (pack_rows_mode)
+  multi.row_offset = row_offset + 2 * g.kernel_h;
+  multi.tap_offset = tap_offset + 2 * g.kernel_w;
+  const int64_t lanes = table.lanes;
+  // The share of the lanes of `span` pixels' vectors that hold one of `pixels`.
+  auto fill = [&](int64_t pixels, int64_t span) {
+    return static_cast<double>(pixels) / static_cast<double>((span + lanes - 1) / lanes * lanes);
+  };
   // Input rows [row_lo, row_hi) exist and lie in x's view.
   const int64_t row_lo = std::max<int64_t>(0, x.extent.begin(2)), row_hi = std::min(g.height, x.extent.end(2));
   int64_t packed_begin = -1, packed_end = -1;  // output channels packed_weights holds
@@ -510,6 +552,17 @@ absl::Status run_direct(const DirectCall& args, const Geometry& g, std::span<std
       tile.channel_stride = slots * row_stride;
       for (int64_t kw = 0; kw < g.kernel_w; ++kw)
         tap_offset[kw] = (kw * g.dil_w % g.stride_w) * phase_len + kw * g.dil_w / g.stride_w;
+      // Rows mode where one row's vectors are much less filled than those of several rows.
+      const int64_t seg = columns + (g.kernel_w - 1) * g.dil_w / g.stride_w;
+      const int64_t rows_per = segments[s].direct ? 1 : std::min(box.extent(2), kRowsEntries / seg);
+      const bool rows_mode = rows_per > 1 && fill(rows_per * columns, rows_per * seg) > 1.1 * fill(columns, columns);
+      if (rows_mode) {
+        const int64_t span = rows_per * seg, multi_phase = g.phase_len(span), multi_stride = g.row_stride(span);
+        multi.channel_stride = g.kernel_h * multi_stride;
+        for (int64_t kh = 0; kh < g.kernel_h; ++kh) row_offset[2 * g.kernel_h + kh] = kh * multi_stride;
+        for (int64_t kw = 0; kw < g.kernel_w; ++kw)
+          tap_offset[2 * g.kernel_w + kw] = (kw * g.dil_w % g.stride_w) * multi_phase + kw * g.dil_w / g.stride_w;
+      }
       for (int64_t n = box.begin(0); n < box.end(0); ++n) {
         for (int64_t o = box.begin(1); o < box.end(1);) {
           const int64_t group = o / g.out_per_group;
@@ -519,13 +572,24 @@ absl::Status run_direct(const DirectCall& args, const Geometry& g, std::span<std
             packed_begin = o;
             packed_end = o_end;
           }
+          if (rows_mode) {
+            for (int64_t oh = box.begin(2); oh < box.end(2); oh += rows_per) {
+              const int64_t rows_now = std::min(rows_per, box.end(2) - oh);
+              pack_rows_mode(g, table, x, n, group * g.in_per_group, oh, rows_now, seg, rows_per * seg, ow0, columns,
+                             rows);
+              compute_chunk(args, table, multi, n, oh, rows_now, seg, o, o_end, ow0, columns,
+                            repack ? packed_weights : nullptr, acc);
+            }
+            o = o_end;
+            continue;
+          }
           std::fill(slot_row, slot_row + slots, std::numeric_limits<int64_t>::min());
           for (int64_t oh = box.begin(2); oh < box.end(2); ++oh) {
             const int64_t ih0 = oh * g.stride_h - g.pad_h;  // input row of tap kh = 0
             if (segments[s].direct && ih0 >= row_lo && ih0 + (g.kernel_h - 1) * g.dil_h < row_hi) {
               const int64_t at[4] = {n, group * g.in_per_group, ih0, ow0 - g.pad_w};
               direct.rows = x.at<const float>(at);
-              compute_chunk(args, table, direct, n, oh, o, o_end, ow0, columns,
+              compute_chunk(args, table, direct, n, oh, 1, columns, o, o_end, ow0, columns,
                             repack ? packed_weights : nullptr, acc);
               continue;
             }
@@ -539,7 +603,7 @@ absl::Status run_direct(const DirectCall& args, const Geometry& g, std::span<std
                        tile.channel_stride);
               slot_row[slot] = ih;
             }
-            compute_chunk(args, table, tile, n, oh, o, o_end, ow0, columns, repack ? packed_weights : nullptr,
+            compute_chunk(args, table, tile, n, oh, 1, columns, o, o_end, ow0, columns, repack ? packed_weights : nullptr,
                           acc);
           }
           o = o_end;
@@ -570,8 +634,8 @@ int64_t conv2d_scratch_bytes(const Graph& graph, const Node& node, bool) {
                            graph.node(node.inputs[1]).shape, node.shape);
   if (flattens(g)) g = flat_rows(g);  // the wider of the two (rows are read in chunks of kChunk)
   const int64_t direct = scratch_take_bytes<float>(g.rows_floats()) + scratch_take_bytes<float>(g.weights_floats()) +
-                         scratch_take_bytes<int64_t>(g.ring_slots()) + scratch_take_bytes<int64_t>(2 * g.kernel_h) +
-                         scratch_take_bytes<int64_t>(2 * g.kernel_w) +
+                         scratch_take_bytes<int64_t>(g.ring_slots()) + scratch_take_bytes<int64_t>(3 * g.kernel_h) +
+                         scratch_take_bytes<int64_t>(3 * g.kernel_w) +
                          scratch_take_bytes<float>(conv::kMaxBlockChannels * conv::kMaxBlockPixels);
   return std::max(direct, conv::winograd_scratch_bytes(graph, node));  // whichever path the ISA takes
 }
