@@ -3,7 +3,9 @@
 // GraphSession with 1 and 2 threads:
 //   full  a write of the whole input and a read of the whole output (everything recomputed)
 //   edit  a write of a small box of the input (16x20 pixels; 2x2 latents for the decoder) and a
-//         read of the whole output: only what depends on the box is recomputed. The decoder's
+//         read of the whole output: only what depends on the box is recomputed. A round times a
+//         net's full forwards, then its edits back to back, as an interactive session's edits
+//         follow one another (and as the peer's forwards do). The decoder's
 //         GroupNorm (in its first three blocks) averages over the whole image, so a latent edit
 //         dirties every element after it: the decoder's edit is a full recompute plus planning.
 // When .venv/bin/python exists, PyTorch runs the same nets in float32 without gradients with the
@@ -295,16 +297,16 @@ int main(int argc, char** argv) {
         loads.push_back(load_average());
         std::fprintf(stderr, "%d thread(s): round %d/%d (load %.2f)\n", threads, round + 1,
                      options.rounds, loads.back());
-        for (size_t k = 0; k < count; ++k)
-          for (int rep = 0; rep < options.reps; ++rep) {
-            full[t][k].push_back(runs[k]->time_full());
-            edit[t][k].push_back(runs[k]->time_edit());
-          }
-        for (size_t k = 0; k < device_runs.size(); ++k)
-          for (int rep = 0; rep < options.reps; ++rep) {
-            device_full[t][k].push_back(device_runs[k]->time_full());
-            device_edit[t][k].push_back(device_runs[k]->time_edit());
-          }
+        // Edits back to back after the full forwards, as an interactive session runs them (and as
+        // the peer's forwards run back to back).
+        for (size_t k = 0; k < count; ++k) {
+          for (int rep = 0; rep < options.reps; ++rep) full[t][k].push_back(runs[k]->time_full());
+          for (int rep = 0; rep < options.reps; ++rep) edit[t][k].push_back(runs[k]->time_edit());
+        }
+        for (size_t k = 0; k < device_runs.size(); ++k) {
+          for (int rep = 0; rep < options.reps; ++rep) device_full[t][k].push_back(device_runs[k]->time_full());
+          for (int rep = 0; rep < options.reps; ++rep) device_edit[t][k].push_back(device_runs[k]->time_edit());
+        }
         if (peer && !run_peer(nets, options.models, threads, options.reps, theirs[t]))
           std::fprintf(stderr, "peer_torch_convnets.py failed (round %d)\n", round + 1);
       }
