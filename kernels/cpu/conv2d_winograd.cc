@@ -51,6 +51,9 @@ struct WinogradOps {
   int ocb = 1;           // output channels per gemm call
   int gemm_vectors = 2;  // the most vectors of tiles per gemm call (2 or 3)
   PairsFn deinterleave = nullptr;  // stride-2 spans (scatter_phases)
+  // A segment's rows of every channel when they lie inside the image and the view (pack_rows).
+  void (*pack_pairs)(const float* src, int64_t src_channel, int64_t src_row, int64_t channels, int64_t rows,
+                     int64_t pairs, float* dst, int64_t phase_len) = nullptr;
   // [0]: F(2, 3), [1]: F(2, 5).
   void (*input_transform[2])(const float* const* rows, int64_t phase_len, int64_t vectors, const uint32_t* keep,
                              float* v, int64_t xi_stride) = {};
@@ -315,6 +318,12 @@ void pack_rows(const WinogradOps& ops, const Geometry& g, const KernelInput& x, 
   const int64_t step = x.strides[3];
   const int64_t span = 2 * footprint(g, tiles);  // span columns [0, span): entries [0, footprint)
   rows += offset;
+  const int64_t ih0 = 2 * ty - g.pad_h;  // the segment's first input row
+  if (k_lo == 0 && k_hi == span && step == 1 && ih0 >= row_lo && ih0 + g.n() <= row_hi) {
+    const int64_t at[4] = {n, 0, ih0, first};
+    ops.pack_pairs(x.at<const float>(at), x.strides[1], x.strides[2], g.channels, g.n(), span / 2, rows, kPhaseLen);
+    return;
+  }
   // Zeros where no input column is copied: span columns [0, k_lo) and [k_hi, span), or all of
   // a row outside the image or the view.
   auto zero = [&](float* row, int64_t lo, int64_t hi) {
