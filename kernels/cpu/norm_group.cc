@@ -56,67 +56,39 @@ constexpr Loops kPortable{portable_terms, portable_normalise};
 
 #if TESSERA_HAVE_AVX2_PATHS
 TESSERA_AVX2_BEGIN
-void avx2_terms(const float* x, int64_t count, double centre, bool squares, double* lanes) {
-  __m256d lo = _mm256_loadu_pd(lanes), hi = _mm256_loadu_pd(lanes + 4);
-  const __m256d c = _mm256_set1_pd(centre);
-  for (int64_t i = 0; i < count; i += kLanes) {
-    __m256d a = _mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i)), c);
-    __m256d b = _mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i + 4)), c);
-    if (squares) {
-      a = _mm256_mul_pd(a, a);
-      b = _mm256_mul_pd(b, b);
-    }
-    lo = _mm256_add_pd(lo, a);
-    hi = _mm256_add_pd(hi, b);
-  }
-  _mm256_storeu_pd(lanes, lo);
-  _mm256_storeu_pd(lanes + 4, hi);
-}
-
-void avx2_normalise(const float* x, float* out, int64_t count, double mean, double inv_std, const double* w,
-                    const double* b) {
-  const __m256d m = _mm256_set1_pd(mean), s = _mm256_set1_pd(inv_std);
-  const __m256d wv = _mm256_set1_pd(w != nullptr ? *w : 1.0), bv = _mm256_set1_pd(b != nullptr ? *b : 0.0);
-  int64_t i = 0;
-  for (; i + 4 <= count; i += 4) {
-    __m256d y = _mm256_mul_pd(_mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i)), m), s);
-    if (w != nullptr) y = _mm256_mul_pd(y, wv);
-    if (b != nullptr) y = _mm256_add_pd(y, bv);
-    _mm_storeu_ps(out + i, _mm256_cvtpd_ps(y));
-  }
-  portable_normalise(x + i, out + i, count - i, mean, inv_std, w, b);
-}
+namespace norm_avx2 {
+using Vd = __m256d;  // four doubles
+constexpr int kWidth = 4;
+inline Vd widen(const float* p) { return _mm256_cvtps_pd(_mm_loadu_ps(p)); }
+inline void narrow(float* p, Vd v) { _mm_storeu_ps(p, _mm256_cvtpd_ps(v)); }
+inline Vd loadu(const double* p) { return _mm256_loadu_pd(p); }
+inline void storeu(double* p, Vd v) { _mm256_storeu_pd(p, v); }
+inline Vd set1(double x) { return _mm256_set1_pd(x); }
+inline Vd add(Vd a, Vd b) { return _mm256_add_pd(a, b); }
+inline Vd sub(Vd a, Vd b) { return _mm256_sub_pd(a, b); }
+inline Vd mul(Vd a, Vd b) { return _mm256_mul_pd(a, b); }
+#include "kernels/cpu/norm_group_simd.inc"
+}  // namespace norm_avx2
 TESSERA_AVX2_END
 
 TESSERA_AVX512_BEGIN
-void avx512_terms(const float* x, int64_t count, double centre, bool squares, double* lanes) {
-  __m512d acc = _mm512_loadu_pd(lanes);
-  const __m512d c = _mm512_set1_pd(centre);
-  for (int64_t i = 0; i < count; i += kLanes) {
-    __m512d d = _mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x + i)), c);
-    if (squares) d = _mm512_mul_pd(d, d);
-    acc = _mm512_add_pd(acc, d);
-  }
-  _mm512_storeu_pd(lanes, acc);
-}
-
-void avx512_normalise(const float* x, float* out, int64_t count, double mean, double inv_std, const double* w,
-                      const double* b) {
-  const __m512d m = _mm512_set1_pd(mean), s = _mm512_set1_pd(inv_std);
-  const __m512d wv = _mm512_set1_pd(w != nullptr ? *w : 1.0), bv = _mm512_set1_pd(b != nullptr ? *b : 0.0);
-  int64_t i = 0;
-  for (; i + 8 <= count; i += 8) {
-    __m512d y = _mm512_mul_pd(_mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x + i)), m), s);
-    if (w != nullptr) y = _mm512_mul_pd(y, wv);
-    if (b != nullptr) y = _mm512_add_pd(y, bv);
-    _mm256_storeu_ps(out + i, _mm512_cvtpd_ps(y));
-  }
-  portable_normalise(x + i, out + i, count - i, mean, inv_std, w, b);
-}
+namespace norm_avx512 {
+using Vd = __m512d;  // eight doubles
+constexpr int kWidth = 8;
+inline Vd widen(const float* p) { return _mm512_cvtps_pd(_mm256_loadu_ps(p)); }
+inline void narrow(float* p, Vd v) { _mm256_storeu_ps(p, _mm512_cvtpd_ps(v)); }
+inline Vd loadu(const double* p) { return _mm512_loadu_pd(p); }
+inline void storeu(double* p, Vd v) { _mm512_storeu_pd(p, v); }
+inline Vd set1(double x) { return _mm512_set1_pd(x); }
+inline Vd add(Vd a, Vd b) { return _mm512_add_pd(a, b); }
+inline Vd sub(Vd a, Vd b) { return _mm512_sub_pd(a, b); }
+inline Vd mul(Vd a, Vd b) { return _mm512_mul_pd(a, b); }
+#include "kernels/cpu/norm_group_simd.inc"
+}  // namespace norm_avx512
 TESSERA_AVX512_END
 
-constexpr Loops kAvx2{avx2_terms, avx2_normalise};
-constexpr Loops kAvx512{avx512_terms, avx512_normalise};
+constexpr Loops kAvx2{norm_avx2::terms, norm_avx2::normalise};
+constexpr Loops kAvx512{norm_avx512::terms, norm_avx512::normalise};
 #endif
 
 const Loops& loops_for(Isa isa) {
