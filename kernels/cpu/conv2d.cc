@@ -282,7 +282,8 @@ void pack_row(const Geometry& g, const MicroTable& table, const TensorView& x, i
 // oh + r reads there (seg: the entries an output row's taps read), so the short rows of small
 // maps fill whole vectors. The pixels between rows compute values never stored; each element's
 // operations are those of one row at a time.
-// The packed rows are laid out for `span` pixels (rows * seg or more).
+// The packed rows are laid out for `span` pixels (rows * seg or more): one per input channel
+// and kernel row, row_stride(span) floats apart.
 void pack_rows_mode(const Geometry& g, const MicroTable& table, const TensorView& x, int64_t n, int64_t c0,
                     int64_t oh, int64_t rows, int64_t seg, int64_t span, int64_t ow0, int64_t columns, float* dst0) {
   const int64_t phase_len = g.phase_len(span), row_stride = g.row_stride(span);
@@ -296,6 +297,9 @@ void pack_rows_mode(const Geometry& g, const MicroTable& table, const TensorView
     }
 }
 
+// `total` items in the fewest blocks of at most `most`, of balanced sizes (the first ones one
+// larger): 10 vectors in blocks of 3 are 3, 3, 2, 2 rather than 3, 3, 3, 1, whose last block
+// would be bound by its loads.
 struct Split {
   int64_t count, base, larger;
   Split(int64_t total, int64_t most)
@@ -331,8 +335,8 @@ void pack_weights(const Geometry& g, const MicroTable& table, const TensorView& 
 // straight to the output when its rows are contiguous, through `acc` otherwise. A block of
 // channels keeps its weights in L1 while it sweeps the row's pixel blocks (sweeping channel
 // blocks per pixel block instead measured slower, 1x1 convs included).
-// What the direct kernel computes: the call's box and views, or their flattened form
-// (flatten_rows).
+// What the direct kernel computes: the call's box and views, or a 1x1 conv's rows flattened
+// into one (flat_rows, in conv2d_f32).
 struct DirectCall {
   const Conv2dAttrs& attrs;
   std::span<const KernelInput> inputs;
