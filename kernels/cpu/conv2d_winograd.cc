@@ -46,6 +46,12 @@ constexpr int64_t kMinChannels = 8;
 constexpr int64_t kMaxUFloats = 1 << 21;  // bounds U's scratch (8 MiB)
 constexpr int64_t kMaxOcb = 8;            // output channels per block, any instruction set
 
+// A run of one output row of a chunk: `count` outputs from out_row[row] + src to dst + dst_at of
+// the channel's output (and residual + residual_at of its residual), unit steps.
+struct OutRun {
+  int64_t row, count, src, dst_at, residual_at;
+};
+
 struct WinogradOps {
   int lanes = 8;
   int ocb = 1;           // output channels per gemm call
@@ -65,6 +71,10 @@ struct WinogradOps {
   void (*output_transform[2])(const float* m, int64_t xi_stride, int64_t vectors, const float* bias, bool relu,
                               float* const* out) = {};
   FinishFn finish = nullptr;  // the direct kernel's table's, of the same instruction set
+  // One output channel's runs of a chunk: dst[run.dst_at + i] = out_row[run.row][run.src + i],
+  // plus the residual (in its order) and relu when `residual` is given, as Epilogue::finish.
+  void (*store_runs)(float* const* out_row, const OutRun* runs, int64_t count, float* dst, const float* residual,
+                     bool residual_first, bool relu) = nullptr;
 };
 
 }  // namespace
@@ -137,6 +147,12 @@ inline void split_tail(const float* src, int64_t pairs, float* even, float* odd)
     odd[i] = src[2 * i + 1];
   }
 }
+// store_runs' last count < kLanes outputs of a run.
+inline void finish_tail(const float* src, int64_t count, const float* residual, bool residual_first, bool relu,
+                        float* dst) {
+  for (int64_t i = 0; i < count; ++i)
+    dst[i] = epilogue_value(src[i], residual != nullptr ? residual + i : nullptr, residual_first, relu);
+}
 
 #include "kernels/cpu/conv2d_winograd.inc"
 
@@ -193,6 +209,18 @@ inline void split(Vec a, Vec b, float* even, float* odd) {
   const __m512i o = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
   _mm512_storeu_ps(even, _mm512_permutex2var_ps(a, e, b));
   _mm512_storeu_ps(odd, _mm512_permutex2var_ps(a, o, b));
+}
+// Masked loads and stores, per lane as epilogue_value.
+inline void finish_tail(const float* src, int64_t count, const float* residual, bool residual_first, bool relu,
+                        float* dst) {
+  const auto lanes = static_cast<__mmask16>((1u << count) - 1);
+  Vec y = _mm512_maskz_loadu_ps(lanes, src);
+  if (residual != nullptr) {
+    const Vec r = _mm512_maskz_loadu_ps(lanes, residual);
+    y = residual_first ? add(r, y) : add(y, r);
+  }
+  if (relu) y = relu0(y);
+  _mm512_mask_storeu_ps(dst, lanes, y);
 }
 // Masked loads and stores: the floats past the pairs are neither read nor written.
 inline void split_tail(const float* src, int64_t pairs, float* even, float* odd) {
@@ -392,6 +420,8 @@ absl::Status conv2d_winograd(const KernelArgs& args) {
     int64_t ty, tx0, tiles, offset, first;  // offset: its first entry; first: its first tile in the chunk
   };
   Segment segments[kTiles];
+  OutRun runs[2 * kTiles];
+  const bool unit_steps = out_step == 1 && (epilogue.residual == nullptr || epilogue.residual->strides[3] == 1);
   uint32_t keep[kEntries / 8 + 1];
   for (int64_t n = box.begin(0); n < box.end(0); ++n)
     for (int64_t ty = ty_begin, tx0 = tx_begin; ty < ty_end;) {
@@ -437,6 +467,24 @@ absl::Status conv2d_winograd(const KernelArgs& args) {
         for (int64_t r = 0; r < kN; ++r) channel_rows[r] = rows + (r * g.channels + c) * 2 * kPhaseLen;
         ops.input_transform[kR / 5](channel_rows, kPhaseLen, entry_vectors, keep, v + c * c_v, xi_v);
       }
+      // The chunk's output runs, the same for every channel (-1: steps other than 1, per run).
+      int64_t run_count = -1;
+      if (unit_steps) {
+        run_count = 0;
+        for (int64_t k = 0; k < count; ++k) {
+          const Segment& seg = segments[k];
+          const int64_t ow_begin = std::max(2 * seg.tx0, box.begin(3)), ow_end = std::min(2 * (seg.tx0 + seg.tiles), box.end(3));
+          for (int64_t r = 0; r < 2; ++r) {
+            const int64_t oh = 2 * seg.ty + r;
+            if (oh < box.begin(2) || oh >= box.end(2) || ow_begin >= ow_end) continue;
+            runs[run_count++] = {r, ow_end - ow_begin, 2 * seg.first + (ow_begin - 2 * seg.tx0),
+                                 (oh - box.begin(2)) * args.out.strides[2] + (ow_begin - box.begin(3)),
+                                 epilogue.residual != nullptr ? (oh - box.begin(2)) * epilogue.residual->strides[2] +
+                                                                    (ow_begin - box.begin(3))
+                                                              : 0};
+          }
+        }
+      }
       // Output channels by blocks of U (the channels of a block outside the box are computed,
       // not stored).
       for (int64_t o0 = box.begin(1) / ocb * ocb; o0 < box.end(1); o0 += ocb) {
@@ -457,6 +505,13 @@ absl::Status conv2d_winograd(const KernelArgs& args) {
           const int64_t o = o0 + j;
           ops.output_transform[kR / 5](m + j * kTiles, xi_m, vectors, bias != nullptr ? bias->at<const float>(&o) : nullptr,
                                        relu_in_transform, out_row);
+          if (run_count >= 0) {  // unit steps: the chunk's runs in one call
+            const int64_t at[4] = {n, o, box.begin(2), box.begin(3)};
+            ops.store_runs(out_row, runs, run_count, args.out.at<float>(at),
+                           epilogue.residual != nullptr ? epilogue.residual->at<const float>(at) : nullptr,
+                           epilogue.residual_first, epilogue.relu && epilogue.residual != nullptr);
+            continue;
+          }
           for (int64_t k = 0; k < count; ++k) {
             const Segment& seg = segments[k];
             // Output columns [ow_begin, ow_end) of the segment's tiles are in the box.
