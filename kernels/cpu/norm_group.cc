@@ -12,6 +12,7 @@
 // doubles: one AVX-512 vector, two AVX2 ones), doing the scalar code's operations in its order
 // (no contraction): every instruction set gives the same bits.
 #include <cmath>
+#include <cstring>
 
 #include "engine/ops.h"
 #include "kernels/cpu/box_rows.h"
@@ -55,18 +56,14 @@ void portable_normalise(const float* x, float* out, int64_t count, double mean, 
 constexpr Loops kPortable{portable_terms, portable_normalise};
 
 #if TESSERA_HAVE_AVX2_PATHS
+// The loops (norm_group_simd.inc) over each set's vector of doubles, with GCC / clang vector
+// arithmetic; loads and stores convert floats with the set's instructions.
 TESSERA_AVX2_BEGIN
 namespace norm_avx2 {
 using Vd = __m256d;  // four doubles
 constexpr int kWidth = 4;
 inline Vd widen(const float* p) { return _mm256_cvtps_pd(_mm_loadu_ps(p)); }
 inline void narrow(float* p, Vd v) { _mm_storeu_ps(p, _mm256_cvtpd_ps(v)); }
-inline Vd loadu(const double* p) { return _mm256_loadu_pd(p); }
-inline void storeu(double* p, Vd v) { _mm256_storeu_pd(p, v); }
-inline Vd set1(double x) { return _mm256_set1_pd(x); }
-inline Vd add(Vd a, Vd b) { return _mm256_add_pd(a, b); }
-inline Vd sub(Vd a, Vd b) { return _mm256_sub_pd(a, b); }
-inline Vd mul(Vd a, Vd b) { return _mm256_mul_pd(a, b); }
 #include "kernels/cpu/norm_group_simd.inc"
 }  // namespace norm_avx2
 TESSERA_AVX2_END
@@ -77,12 +74,6 @@ using Vd = __m512d;  // eight doubles
 constexpr int kWidth = 8;
 inline Vd widen(const float* p) { return _mm512_cvtps_pd(_mm256_loadu_ps(p)); }
 inline void narrow(float* p, Vd v) { _mm256_storeu_ps(p, _mm512_cvtpd_ps(v)); }
-inline Vd loadu(const double* p) { return _mm512_loadu_pd(p); }
-inline void storeu(double* p, Vd v) { _mm512_storeu_pd(p, v); }
-inline Vd set1(double x) { return _mm512_set1_pd(x); }
-inline Vd add(Vd a, Vd b) { return _mm512_add_pd(a, b); }
-inline Vd sub(Vd a, Vd b) { return _mm512_sub_pd(a, b); }
-inline Vd mul(Vd a, Vd b) { return _mm512_mul_pd(a, b); }
 #include "kernels/cpu/norm_group_simd.inc"
 }  // namespace norm_avx512
 TESSERA_AVX512_END
