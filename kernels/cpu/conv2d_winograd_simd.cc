@@ -8,6 +8,7 @@
 
 #include "kernels/cpu/conv2d_winograd.h"
 #include "kernels/cpu/simd_avx2.h"
+#include "kernels/cpu/simd_f32.h"
 
 namespace tessera::cpu::conv {
 
@@ -16,36 +17,8 @@ TESSERA_AVX2_BEGIN
 namespace wino_avx2 {
 namespace {
 
-using Vec = __m256;
-constexpr int kLanes = 8, kOcb = 6,
-              kGemmVectors = 2;  // 6 x 2 accumulators, 2 inputs, a broadcast: 15 registers
-inline Vec zero() {
-  return _mm256_setzero_ps();
-}
-inline Vec load(const float* p) {
-  return _mm256_loadu_ps(p);
-}
-inline void store(float* p, Vec v) {
-  _mm256_storeu_ps(p, v);
-}
-inline Vec broadcast(const float* p) {
-  return _mm256_broadcast_ss(p);
-}
-inline Vec set1(float x) {
-  return _mm256_set1_ps(x);
-}
-inline Vec fma(Vec a, Vec b, Vec c) {
-  return _mm256_fmadd_ps(a, b, c);
-}
-inline Vec add(Vec a, Vec b) {
-  return _mm256_add_ps(a, b);
-}
-inline Vec relu0(Vec a) {
-  return _mm256_max_ps(a, _mm256_setzero_ps());  // NaN and -0 to +0, as unary relu
-}
-inline Vec sub(Vec a, Vec b) {
-  return _mm256_sub_ps(a, b);
-}
+using namespace f32::avx2;
+constexpr int kOcb = 6, kGemmVectors = 2;  // 6 x 2 accumulators, 2 inputs, a broadcast: 15 registers
 // a0 b0 a1 b1 ... a7 b7 at p.
 inline void interleave(Vec a, Vec b, float* p) {
   const Vec lo = _mm256_unpacklo_ps(a, b), hi = _mm256_unpackhi_ps(a, b);
@@ -96,35 +69,8 @@ TESSERA_AVX512_BEGIN
 namespace wino_avx512 {
 namespace {
 
-using Vec = __m512;
-constexpr int kLanes = 16, kOcb = 8, kGemmVectors = 3;  // 8 x 3 accumulators, 3 inputs, a broadcast
-inline Vec zero() {
-  return _mm512_setzero_ps();
-}
-inline Vec load(const float* p) {
-  return _mm512_loadu_ps(p);
-}
-inline void store(float* p, Vec v) {
-  _mm512_storeu_ps(p, v);
-}
-inline Vec broadcast(const float* p) {
-  return _mm512_set1_ps(*p);
-}
-inline Vec set1(float x) {
-  return _mm512_set1_ps(x);
-}
-inline Vec fma(Vec a, Vec b, Vec c) {
-  return _mm512_fmadd_ps(a, b, c);
-}
-inline Vec add(Vec a, Vec b) {
-  return _mm512_add_ps(a, b);
-}
-inline Vec relu0(Vec a) {
-  return _mm512_max_ps(a, _mm512_setzero_ps());  // NaN and -0 to +0, as unary relu
-}
-inline Vec sub(Vec a, Vec b) {
-  return _mm512_sub_ps(a, b);
-}
+using namespace f32::avx512;
+constexpr int kOcb = 8, kGemmVectors = 3;  // 8 x 3 accumulators, 3 inputs, a broadcast
 inline void interleave(Vec a, Vec b, float* p) {
   const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
   const __m512i hi =
