@@ -19,10 +19,6 @@ namespace {
 // 16 registers: up to 6 x 2 accumulators, 2 inputs and a broadcast.
 using namespace f32::avx2;
 constexpr int kMaxChannels = 6, kMaxVectors = 2;
-inline void store_partial(float* p, Vec v, int64_t n) {
-  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  _mm256_maskstore_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), lanes), v);
-}
 
 #include "kernels/cpu/conv2d_block.inc"
 
@@ -37,9 +33,6 @@ namespace {
 // 32 registers: up to 8 x 3 accumulators, 3 inputs and a broadcast.
 using namespace f32::avx512;
 constexpr int kMaxChannels = 8, kMaxVectors = 3;
-inline void store_partial(float* p, Vec v, int64_t n) {
-  _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << n) - 1), v);
-}
 
 #include "kernels/cpu/conv2d_block.inc"
 

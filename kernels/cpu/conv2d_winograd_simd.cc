@@ -52,12 +52,6 @@ inline void split_tail(const float* src, int64_t pairs, float* even, float* odd)
     odd[i] = src[2 * i + 1];
   }
 }
-// store_runs' last count < kLanes outputs of a run.
-inline void finish_tail(const float* src, int64_t count, const float* residual, bool residual_first, bool relu,
-                        float* dst) {
-  for (int64_t i = 0; i < count; ++i)
-    dst[i] = epilogue_value(src[i], residual != nullptr ? residual + i : nullptr, residual_first, relu);
-}
 
 #include "kernels/cpu/conv2d_winograd.inc"
 
@@ -87,18 +81,6 @@ inline void split(Vec a, Vec b, float* even, float* odd) {
   const __m512i o = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
   _mm512_storeu_ps(even, _mm512_permutex2var_ps(a, e, b));
   _mm512_storeu_ps(odd, _mm512_permutex2var_ps(a, o, b));
-}
-// Masked loads and stores, per lane as epilogue_value.
-inline void finish_tail(const float* src, int64_t count, const float* residual, bool residual_first, bool relu,
-                        float* dst) {
-  const auto lanes = static_cast<__mmask16>((1u << count) - 1);
-  Vec y = _mm512_maskz_loadu_ps(lanes, src);
-  if (residual != nullptr) {
-    const Vec r = _mm512_maskz_loadu_ps(lanes, residual);
-    y = residual_first ? add(r, y) : add(y, r);
-  }
-  if (relu) y = relu0(y);
-  _mm512_mask_storeu_ps(dst, lanes, y);
 }
 // Masked loads and stores: the floats past the pairs are neither read nor written.
 inline void split_tail(const float* src, int64_t pairs, float* even, float* odd) {
