@@ -211,7 +211,7 @@ void compute_chunk(const DirectCall& args, const MicroTable& table, ConvTile& ti
   const int64_t out_step = args.out.strides[3], out_channel_step = args.out.strides[1];
   const int64_t filter = tile.kernel_h * tile.kernel_w;
   tile.bias_stride = bias != nullptr ? bias->strides[0] : 0;
-  if (rows == 1) seg = columns;
+  if (rows == 1) seg = columns;  // rows mode's last group may be one row: no pixels between rows
   const int64_t span = rows * seg;  // pixels
   const int64_t vectors = (span + lanes - 1) / lanes;
   const Split channel_blocks(o_end - o_begin, table.max_channels);

@@ -131,7 +131,6 @@ void transform_weights(const Geometry& g, int64_t ocb, const TensorView& w, int6
 // [tx0, tx0 + tiles) into rows + (r * channels + c) * 2 * kPhaseLen + offset: phase p, entry e
 // holds input column 2 (tx0 + e) - pad_w + p, or zero where that lies outside the image or x's
 // view, for the tiles + r / 2 entries the input transform of these tiles reads (footprint()).
-int64_t footprint(const Geometry& g, int64_t tiles) { return tiles + g.r / 2; }
 int64_t footprint(int64_t r, int64_t tiles) { return tiles + r / 2; }
 
 void pack_rows(const WinogradOps& ops, const Geometry& g, const KernelInput& x, int64_t n,
@@ -145,7 +144,7 @@ void pack_rows(const WinogradOps& ops, const Geometry& g, const KernelInput& x, 
   const int64_t k_hi =
       std::min<int64_t>({2 * tiles + g.r - 1, g.width - first, x.extent.end(3) - first});
   const int64_t step = x.strides[3];
-  const int64_t span = 2 * footprint(g, tiles);  // span columns [0, span): entries [0, footprint)
+  const int64_t span = 2 * footprint(g.r, tiles);  // span columns [0, span): entries [0, footprint)
   rows += offset;
   const int64_t ih0 = 2 * ty - g.pad_h;  // the segment's first input row
   if (k_lo == 0 && k_hi == span && step == 1 && ih0 >= row_lo && ih0 + g.n() <= row_hi) {
@@ -165,8 +164,8 @@ void pack_rows(const WinogradOps& ops, const Geometry& g, const KernelInput& x, 
       float* row = rows + (r * g.channels + c) * 2 * kPhaseLen;
       const int64_t ih = 2 * ty - g.pad_h + r;
       if (ih < row_lo || ih >= row_hi || k_lo >= k_hi) {
-        std::fill_n(row, footprint(g, tiles), 0.0f);
-        std::fill_n(row + kPhaseLen, footprint(g, tiles), 0.0f);
+        std::fill_n(row, footprint(g.r, tiles), 0.0f);
+        std::fill_n(row + kPhaseLen, footprint(g.r, tiles), 0.0f);
         continue;
       }
       zero(row, 0, k_lo);
@@ -228,7 +227,7 @@ absl::Status conv2d_winograd(const KernelArgs& args) {
     for (int64_t ty = ty_begin, tx0 = tx_begin; ty < ty_end;) {
       int64_t count = 0, entries = 0, tiles_in = 0;
       while (ty < ty_end && tiles_in < kTiles) {
-        int64_t tiles = std::min({kTiles - tiles_in, tx_end - tx0, kEntries - footprint(kR, entries)});
+        int64_t tiles = std::min({kTiles - tiles_in, tx_end - tx0, kEntries - entries - kR / 2});
         if (count > 0 && tiles < tx_end - tx0) {
           // A row that does not fit is cut only to fill the chunk's last vector, and only when
           // that vector is at least a quarter empty (a cut costs a segment, and the gaps cost
