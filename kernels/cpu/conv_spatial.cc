@@ -92,6 +92,20 @@ absl::Status upsample_typed(const KernelArgs& args) {
     T* out = args.out.at<T>(index);
     if (in == previous_src && out_step == 1) {
       std::memcpy(out, previous_out, sizeof(T) * static_cast<size_t>(columns));
+    } else if (scale == 2 && out_step == 1 && in_step == 1) {
+      // Each source element twice (a loop the compiler vectorises); an odd first column is the
+      // second copy of in[0].
+      int64_t i = 0;
+      const T* from = in;
+      if (j0 % 2 == 1) {
+        out[0] = *from++;
+        i = 1;
+      }
+      for (; i + 1 < columns; i += 2, ++from) {
+        out[i] = *from;
+        out[i + 1] = *from;
+      }
+      if (i < columns) out[i] = *from;
     } else {
       // Column j0 + i reads source column (j0 + i) / scale, i.e. in[((j0 + i) / scale - j0 /
       // scale)].

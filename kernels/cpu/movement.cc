@@ -5,6 +5,7 @@
 // reference, cos and sin in double rounded to float, then out_a = x_a c - x_b s and
 // out_b = x_a s + x_b c with float multiplies and adds: the same bits for an element whatever
 // box computes it (one implementation for all instruction sets).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -35,39 +36,22 @@ absl::Status slice_copy(const KernelArgs& args) {
   return absl::OkStatus();
 }
 
+// Input k covers [offset, offset + its extent) along the axis: the part of the box there is
+// one box copy from it.
 absl::Status concat_copy(const KernelArgs& args) {
   if (args.box.empty()) return absl::OkStatus();
   const int axis = static_cast<int>(args.node.attrs_as<ConcatAttrs>().axis);
-  const int rank = args.node.rank(), last = rank - 1;
   const int64_t size = dtype_size(args.out.dtype);
-  const BoxRows rows(args.box);
-  const int64_t j0 = args.box.begin(last), j1 = args.box.end(last);
-  int64_t out_index[kMaxRank], in_index[kMaxRank];
-  for (int64_t r = 0; r < rows.count(); ++r) {
-    rows.index(r, out_index);
-    // Input k covers [offset, offset + its extent) along the axis.
-    int64_t offset = 0;
-    for (const KernelInput& in : args.inputs) {
-      const int64_t extent = in.shape[static_cast<size_t>(axis)];
-      const int64_t lo = offset, hi = offset + extent;
-      offset = hi;
-      std::memcpy(in_index, out_index, sizeof(int64_t) * static_cast<size_t>(rank));
-      int64_t c0 = j0, c1 = j1;
-      if (axis == last) {
-        c0 = std::max(j0, lo);
-        c1 = std::min(j1, hi);
-        if (c0 >= c1) continue;
-        in_index[last] = c0 - lo;
-      } else {
-        if (out_index[axis] < lo || out_index[axis] >= hi) continue;
-        in_index[axis] = out_index[axis] - lo;
-      }
-      int64_t at[kMaxRank];
-      std::memcpy(at, out_index, sizeof(int64_t) * static_cast<size_t>(rank));
-      at[last] = c0;
-      copy_run(element(args.out, at, size), args.out.strides[static_cast<size_t>(last)], element(in, in_index, size),
-               in.strides[static_cast<size_t>(last)], c1 - c0, size);
-    }
+  int64_t offset = 0;
+  for (const KernelInput& in : args.inputs) {
+    const int64_t lo = offset, hi = offset + in.shape[static_cast<size_t>(axis)];
+    offset = hi;
+    Box part = args.box;
+    part[axis] = Interval(std::max(args.box.begin(axis), lo), std::min(args.box.end(axis), hi));
+    if (part.empty()) continue;
+    Box from = part;
+    from[axis] = Interval(part.begin(axis) - lo, part.end(axis) - lo);
+    copy_box(args.out, part, in, from, size);
   }
   return absl::OkStatus();
 }

@@ -7,6 +7,7 @@
 
 #include "engine/ops.h"
 #include "tests/kernels/kernel_fixture.h"
+#include "tests/kernels/partial_views.h"
 
 namespace tessera {
 namespace {
@@ -50,6 +51,32 @@ TEST_CASE("kernels: concat copies match the reference on every axis") {
     f.prepare(rng);
     check(f, rng, 0);
   }
+}
+
+TEST_CASE("kernels: concat of feature maps copies whole channels, sub-boxes and strided views alike") {
+  // NCHW maps (a dense block's concat along channels) and rank 1: the kernel copies each
+  // input's part as runs merged over the inner axes both views hold contiguously (whole channel
+  // planes), else row by row; inputs given through padded or strided partial views, outputs
+  // through a strided view (check_sub_boxes), and every axis.
+  std::mt19937_64 rng(83);
+  for (int64_t axis = 0; axis < 4; ++axis) {
+    CAPTURE(axis);
+    OpFixture f;
+    std::vector<Tensor> parts;
+    for (int k = 0; k < 3; ++k) {
+      Shape shape{2, 5, 7, 9};
+      shape[static_cast<size_t>(axis)] = static_cast<int64_t>(rng() % 4) + 1;
+      parts.push_back(f.graph.input("x" + std::to_string(k), shape, DType::F32));
+    }
+    f.out = concat(parts, axis);
+    f.prepare(rng);
+    check(f, rng, 0);
+    for (cpu::Isa isa : kernel_testing::test_isas()) kernel_testing::check_partial_views(f, f.optimised(isa), rng, 8);
+  }
+  OpFixture f;
+  f.out = concat(std::vector<Tensor>{f.graph.input("a", {5}, DType::F32), f.graph.input("b", {11}, DType::F32)}, 0);
+  f.prepare(rng);
+  check(f, rng, 0);
 }
 
 TEST_CASE("kernels: rope_multi matches the reference and is box-independent") {
