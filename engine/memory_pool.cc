@@ -61,8 +61,13 @@ void MemoryPool::account(Use use, int64_t delta) {
   }
 }
 
+// Node values (kept values: a long context's K/V caches among them) of kHugeBufferMin bytes and
+// more go into transparent huge pages (kernels/huge_pages.h); the pool counts the bytes asked
+// for (a rounding up to a whole huge page adds at most a third).
 std::byte* MemoryPool::allocate(int64_t bytes, Use use, const char* what) {
-  std::byte* p = aligned_new(bytes, kAlign, what);
+  check_allocatable(bytes, what);
+  std::byte* p = huge_buffer_new(bytes);
+  if (p == nullptr) throw Error(absl::StrCat("[pool] out of memory allocating ", bytes, " bytes for ", what));
   stats_.allocations += 1;
   stats_.current_bytes += bytes;
   account(use, bytes);
@@ -72,7 +77,7 @@ std::byte* MemoryPool::allocate(int64_t bytes, Use use, const char* what) {
 
 void MemoryPool::release(std::byte* data, int64_t bytes, Use use) {
   if (data == nullptr) return;
-  aligned_delete(data, kAlign);
+  huge_buffer_delete(data, bytes);
   stats_.current_bytes -= bytes;
   account(use, -bytes);
 }

@@ -5,6 +5,7 @@
 // and it is no longer the one being filled.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 
@@ -23,5 +24,18 @@ class HugePageChunks {
   struct Chunk;
   std::shared_ptr<Chunk> current_;
 };
+
+// Single buffers of data read whole and often, at least kHugeBufferMin bytes (a long context's
+// K/V cache of one layer, read whole by every decoded token): 2 MiB aligned and advised into
+// transparent huge pages before their first touch, the last partial 2 MiB rounded up to a
+// whole huge page when that adds at most a third of the request (else that part keeps small
+// pages). With small pages a 4096-token decode of SmolLM2-135M walks ~24K pages of K/V per
+// token, far past the TLB. Smaller buffers are plain 64-byte aligned allocations.
+inline constexpr int64_t kHugeBufferMin = int64_t{3} << 19;  // 1.5 MiB
+// The bytes huge_buffer_new allocates for a request of `bytes` (>= bytes).
+int64_t huge_buffer_span(int64_t bytes);
+// nullptr when out of memory; free with huge_buffer_delete and the same `bytes`.
+std::byte* huge_buffer_new(int64_t bytes);
+void huge_buffer_delete(std::byte* data, int64_t bytes);
 
 }  // namespace tessera

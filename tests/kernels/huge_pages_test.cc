@@ -4,6 +4,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -42,4 +43,31 @@ TEST_CASE("huge pages: a block keeps its chunk alive after the allocator is gone
   CHECK(kept.data.use_count() == 1);
   std::memset(kept.data.get(), 7, 256);
   CHECK(static_cast<unsigned char*>(kept.data.get())[255] == 7);
+}
+
+TEST_CASE("huge pages: single buffers from 1.5 MiB on are 2 MiB aligned, rounded up by at most a third") {
+  constexpr int64_t kMiB = int64_t{1} << 20, kPage = 2 * kMiB;
+  // Below the threshold: the request as is.
+  CHECK(huge_buffer_span(0) == 1);
+  CHECK(huge_buffer_span(kHugeBufferMin - 1) == kHugeBufferMin - 1);
+  // The last partial huge page is rounded up when that adds at most a third of the request.
+  CHECK(huge_buffer_span(kHugeBufferMin) == kPage);                  // 1.5 MiB: + 0.5
+  CHECK(huge_buffer_span(1647 * 1024) == kPage);                     // a 4096-token K cache row set
+  CHECK(huge_buffer_span(kPage) == kPage);
+  CHECK(huge_buffer_span(kPage + kMiB / 8) == kPage + kMiB / 8);     // + 1.875 would be 85%: kept
+  CHECK(huge_buffer_span(3 * kMiB + kMiB / 4) == 2 * kPage);         // + 0.75 MiB of 3.25
+  CHECK(huge_buffer_span(5 * kMiB) == 6 * kMiB);                     // + 1 MiB of 5
+  CHECK(huge_buffer_span(4 * kMiB + kMiB / 4) == 4 * kMiB + kMiB / 4);  // + 1.75 of 4.25: kept
+  for (int64_t bytes : {int64_t{1}, int64_t{1000}, kMiB, kHugeBufferMin, 1647 * int64_t{1024}, kPage + 64, 5 * kMiB}) {
+    CAPTURE(bytes);
+    CHECK(huge_buffer_span(bytes) >= bytes);
+    CHECK(huge_buffer_span(bytes) - bytes <= std::max<int64_t>(1, bytes / 3));
+    std::byte* p = huge_buffer_new(bytes);
+    REQUIRE(p != nullptr);
+    CHECK(reinterpret_cast<uintptr_t>(p) % (bytes >= kHugeBufferMin ? kPage : 64) == 0);
+    std::memset(p, 0x5a, static_cast<size_t>(bytes));
+    CHECK(p[bytes - 1] == std::byte{0x5a});
+    huge_buffer_delete(p, bytes);
+  }
+  huge_buffer_delete(nullptr, kPage);
 }
