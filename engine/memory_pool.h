@@ -13,7 +13,8 @@
 // - Hot weights (matmul/linear weights of at least `min_weight_bytes`) are copied once into
 //   transparent-huge-page memory (`madvise(MADV_HUGEPAGE)`: file mappings never get huge pages)
 //   and shared by every session on the pool that uses the same weight; other constants stay
-//   where they are (memory-mapped files).
+//   where they are (memory-mapped files). Node values of 1.5 MiB or more (a long context's K/V
+//   caches) get huge pages of their own (huge_buffer_new in kernels/huge_pages.h).
 // - Every buffer the pool hands out is counted: a warm decode step allocates nothing.
 // - Backends are the pool's: sessions on one pool asking for the same backend (name and thread
 //   count) share one instance, so a device's constants are uploaded once and shared by every
