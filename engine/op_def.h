@@ -62,6 +62,15 @@ Tensor decompose(const Node& node, std::span<const Tensor> inputs);
 TESSERA_OPS(TESSERA_OP_DEF_DECL)
 #undef TESSERA_OP_DEF_DECL
 
+// conv2d's output tile: 4 for a conv whose Conv2dAttrs::tile is 4 and that the CPU backend's
+// F(4x4, 3x3) Winograd kernel takes (f32, a 3x3 kernel, stride 1, dilation 1, one group, at
+// least 8 input and output channels), else 1. Such a conv is computed in 4x4 tiles at multiples
+// of 4 of the whole output, and an output's bits depend on its tile's whole 6x6 input window,
+// not only on its own 3x3: conv2d's rules align output rows and columns to the tile (dirt
+// spreads over whole tiles, a box needs its tiles' windows), so that any box computes the full
+// output's bits.
+int64_t conv2d_output_tile(const Graph& graph, const Node& node);
+
 // The op's display name: its attributes' to_string() ("unary.exp", "input.ids",
 // "conv2d{stride=2x2,pad=1x1,groups=1}", "matmul").
 std::string op_display_name(const Node& node);

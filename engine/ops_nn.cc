@@ -88,7 +88,8 @@ void set_empty(const Graph& g, const Node& node, std::span<Box> inputs) {
 // the order (c, kh, kw), then adds the bias.
 // Rules: spatial dirt spreads over the receptive field (the smallest interval of outputs with a
 // tap inside the dirt), channel dirt over every output channel of the groups it touches; a dirty
-// weight or bias row dirties that output channel everywhere. The epilogue (Conv2dAttrs) is
+// weight or bias row dirties that output channel everywhere. A conv of Conv2dAttrs::tile 4
+// (conv2d_output_tile) aligns output rows and columns to its 4x4 tiles in both rules. The epilogue (Conv2dAttrs) is
 // elementwise: residual dirt is output dirt at the same place, an output box needs the same box
 // of the residual.
 namespace {
@@ -112,6 +113,12 @@ ConvGeometry conv_geometry(const Graph& g, const Node& node) {
   return c;
 }
 
+// `i` widened to whole tiles of `tile` (multiples of it, the last clamped to `size`).
+Interval tile_aligned(Interval i, int64_t tile, int64_t size) {
+  if (tile == 1 || i.empty()) return i;
+  return Interval(i.begin / tile * tile, std::min((i.end + tile - 1) / tile * tile, size));
+}
+
 void conv2d_forward(const Graph& g, const Node& node, int input, const Box& dirty, Region& out) {
   if (dirty.empty()) return;
   const Shape& s = node.shape;
@@ -125,10 +132,11 @@ void conv2d_forward(const Graph& g, const Node& node, int input, const Box& dirt
   }
   const ConvGeometry c = conv_geometry(g, node);
   const int64_t g0 = dirty[1].begin / c.in_per_group, g1 = (dirty[1].end - 1) / c.in_per_group + 1;
+  const int64_t tile = conv2d_output_tile(g, node);
   out.add(Box{dirty[0],
               {g0 * c.out_per_group, g1 * c.out_per_group},
-              window_forward(dirty[2], c.h, s[2]),
-              window_forward(dirty[3], c.w, s[3])});
+              tile_aligned(window_forward(dirty[2], c.h, s[2]), tile, s[2]),
+              tile_aligned(window_forward(dirty[3], c.w, s[3]), tile, s[3])});
 }
 
 void conv2d_needed(const Graph& g, const Node& node, const Box& out, std::span<Box> inputs) {
@@ -137,10 +145,11 @@ void conv2d_needed(const Graph& g, const Node& node, const Box& out, std::span<B
   const Shape& x = input_node(g, node, 0).shape;
   const Shape& weight = input_node(g, node, 1).shape;
   const int64_t g0 = out[1].begin / c.out_per_group, g1 = (out[1].end - 1) / c.out_per_group + 1;
+  const int64_t tile = conv2d_output_tile(g, node);
   inputs[0] = Box{out[0],
                   {g0 * c.in_per_group, g1 * c.in_per_group},
-                  window_needed(out[2], c.h, x[2]),
-                  window_needed(out[3], c.w, x[3])};
+                  window_needed(tile_aligned(out[2], tile, node.shape[2]), c.h, x[2]),
+                  window_needed(tile_aligned(out[3], tile, node.shape[3]), c.w, x[3])};
   inputs[1] = Box{out[1], {0, weight[1]}, {0, weight[2]}, {0, weight[3]}};
   const Conv2dAttrs& a = node.attrs_as<Conv2dAttrs>();
   if (a.has_bias(inputs.size())) inputs[2] = Box{out[1]};
@@ -155,6 +164,7 @@ void conv2d_infer(const Graph& g, Node& node) {
     fail("conv2d", "a residual epilogue needs the residual as the last input");
   if (a.residual == ConvResidual::None && node.inputs.size() > 3)
     fail("conv2d", "4 inputs need a residual epilogue (Conv2dAttrs::residual)");
+  if (a.tile != 1 && a.tile != 4) fail("conv2d", absl::StrCat("tile must be 1 or 4, got ", a.tile));
   const bool has_bias = a.has_bias(node.inputs.size());
   const Node& x = input_node(g, node, 0);
   const Node& weight = input_node(g, node, 1);
@@ -224,6 +234,17 @@ Tensor conv2d_decompose(std::span<const Tensor> inputs, const Node& node) {
 
 }  // namespace
 
+int64_t conv2d_output_tile(const Graph& g, const Node& node) {
+  if (node.kind != OpKind::Conv2d || node.dtype != DType::F32) return 1;
+  for (NodeId in : node.inputs)
+    if (g.node(in).dtype != DType::F32) return 1;
+  const Conv2dAttrs& a = node.attrs_as<Conv2dAttrs>();
+  const Shape& w = input_node(g, node, 1).shape;
+  const bool tiled = a.tile == 4 && a.stride_h == 1 && a.stride_w == 1 && a.dilation_h == 1 &&
+                     a.dilation_w == 1 && a.groups == 1 && w[2] == 3 && w[3] == 3 && w[0] >= 8 && w[1] >= 8;
+  return tiled ? 4 : 1;
+}
+
 std::string Conv2dAttrs::to_string() const {
   const bool dilated = dilation_h != 1 || dilation_w != 1;
   return absl::StrCat("conv2d{stride=", stride_h, "x", stride_w, ",pad=", pad_h, "x", pad_w,
@@ -232,7 +253,7 @@ std::string Conv2dAttrs::to_string() const {
                       residual == ConvResidual::ConvFirst       ? ",+residual"
                       : residual == ConvResidual::ResidualFirst ? ",residual+"
                                                                 : "",
-                      relu ? ",relu" : "", "}");
+                      relu ? ",relu" : "", tile != 1 ? absl::StrCat(",tile=", tile) : "", "}");
 }
 
 const OpDef kConv2dDef{

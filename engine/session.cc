@@ -12,6 +12,7 @@
 #include "engine/op_def.h"
 #include "engine/prefetch.h"
 #include "engine/session_internal.h"
+#include "planner/conv_tiles.h"
 #include "planner/fold.h"
 #include "planner/fuse.h"
 #include "planner/passes.h"
@@ -133,7 +134,7 @@ void GraphSession::fold_constants_now(const Graph& graph, const FoldResult& fold
   steps_.clear();
 }
 
-// verify -> fuse_patterns -> fold -> cse -> fuse_elementwise (planner/passes.h). Patterns are
+// verify -> fuse_patterns -> fold -> cse -> fuse_elementwise -> conv_tiles (planner/passes.h). Patterns are
 // matched on what the user wrote, before folding turns (say) a causal mask built from aranges
 // into a constant. Folded values become constants of the execution graph, and rebuilding it
 // hash-conses: equal constants (by content) and then equal nodes over them merge, which is the
@@ -209,6 +210,12 @@ void GraphSession::run_passes() {
   }
   stats_.fused_patterns = report.patterns;
   stats_.fused_chains = report.chains;
+
+  int64_t tiled = 0;
+  if (std::optional<Rewritten> retiled = choose_conv_tiles(*current, tiled)) apply(std::move(*retiled));
+  if (dump)
+    std::fprintf(stderr, "[passes] conv_tiles: %lld convs in 4x4 tiles (every edit dirties them whole)\n",
+                 static_cast<long long>(tiled));
   exec_ = std::move(current);
 
   graph_ = exec_.get();

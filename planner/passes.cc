@@ -12,6 +12,7 @@ std::span<const PassInfo> planner_passes() {
       {"fold", PassStage::Session, "constant-only subgraphs computed once, at session creation"},
       {"cse", PassStage::Session, "the graph rebuilt hash-consed: equal folded values, then equal nodes, merge"},
       {"fuse_elementwise", PassStage::Session, "chains of elementwise ops -> one fused_elementwise step"},
+      {"conv_tiles", PassStage::Session, "convs every input edit dirties whole -> 4x4 Winograd tiles (wider rules, same dirt)"},
       {"region_analysis", PassStage::Read, "need \\ valid per node for the read: the steps"},
       {"plan_lookup", PassStage::Read, "steps' pattern (nodes, box counts, bucketed extents) -> cached plan"},
       {"kernel_choice", PassStage::Compile, "one kernel per step for the backend, chosen once per plan"},

@@ -1,7 +1,7 @@
 // The planner's named passes, in the order they run (DESIGN.md section 4).
 //
 // Session passes run once when a GraphSession is created, over the whole graph:
-//   verify -> fuse_patterns -> fold -> cse -> fuse_elementwise
+//   verify -> fuse_patterns -> fold -> cse -> fuse_elementwise -> conv_tiles
 // Read passes run for a read that has work to do:
 //   region analysis (every read: exact need \ valid per node) -> plan lookup; on a miss the
 //   plan is compiled: kernel choice, memory plan (liveness, in-place reuse, arena offsets).

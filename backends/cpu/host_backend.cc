@@ -45,10 +45,11 @@ constexpr int64_t kReadAheadBytes = 2 << 20;
 // rows of its tile, where a channel split makes every member read all of the input (1x1 convs
 // are bound by that memory traffic). Other ops cut from their outermost axis.
 int preferred_split_axis(const Node& node) { return node.kind == OpKind::Conv2d ? 2 : 0; }
-// A stride-1 conv2d cuts its rows at even rows: the Winograd kernel computes 2x2 output tiles at
-// even rows of the whole output, and a cut through one makes both members compute it.
-int split_unit(const Node& node) {
-  return node.kind == OpKind::Conv2d && node.attrs_as<Conv2dAttrs>().stride_h == 1 ? 2 : 1;
+// A stride-1 conv2d cuts its rows at multiples of its Winograd tile (conv2d_output_tile: 4x4
+// tiles; 2x2 for the 5x5 kernels): a cut through a tile makes both members compute it.
+int split_unit(const Graph& graph, const Node& node) {
+  if (node.kind != OpKind::Conv2d || node.attrs_as<Conv2dAttrs>().stride_h != 1) return 1;
+  return conv2d_output_tile(graph, node) == 4 ? 4 : 2;
 }
 
 // A launch with less work than this is one tile: cutting it would cost more in waiting for
@@ -217,7 +218,7 @@ absl::StatusOr<std::unique_ptr<PreparedPlan>> HostBackend::prepare(const Graph& 
     const Node& node = graph.node(ps.node);
     if (absl::Status supported = supports(graph, node); !supported.ok()) return supported;
     HostStep step{kernel_for(graph, node), &node, kernel_node(graph, node).constant_data, nullptr,
-                  work_per_element(graph, node), preferred_split_axis(node), split_unit(node)};
+                  work_per_element(graph, node), preferred_split_axis(node), split_unit(graph, node)};
     if (step.kernel == nullptr)
       return absl::InternalError("[backend] supported op without a kernel");
     step.prepared = prepare_node(graph, node, step.kernel);

@@ -1,12 +1,14 @@
-// Winograd F(2x2, 3x3) and F(2x2, 5x5) f32 conv2d for 3x3 and 5x5 convs of stride 1 and
-// dilation 1, one group, at least kMinChannels input and output channels (any padding): 16
-// products per 2x2 output tile and channel pair instead of 36 (3x3), 36 instead of 100 (5x5).
-// The TAEF2 and RDN nets' 64->64 layers run 1.5-1.8x faster than the direct kernel (conv2d.cc).
+// Winograd F(2x2, 3x3), F(4x4, 3x3) and F(2x2, 5x5) f32 conv2d for 3x3 and 5x5 convs of stride
+// 1 and dilation 1, one group, at least kMinChannels input and output channels (any padding): 16
+// products per 2x2 output tile and channel pair instead of 36 (3x3), 36 per 4x4 tile instead of
+// 144 (3x3, a conv of Conv2dAttrs::tile 4), 36 per 2x2 tile instead of 100 (5x5). The TAEF2 and
+// RDN nets' 64->64 layers run 1.5-1.8x faster than the direct kernel (conv2d.cc) with 2x2 tiles,
+// and 1.2-1.4x faster again with 4x4 tiles.
 //
-// Tiles sit at even output rows and columns of the whole output (never relative to the box).
-// Per tile: V = B^T d B of its (r+1)x(r+1) input patch per input channel, M[xi] = sum over c of
+// Tiles sit at multiples of their size of the whole output (never relative to the box). Per
+// tile: V = B^T d B of its (m+r-1)x(m+r-1) input patch per input channel, M[xi] = sum over c of
 // U[xi][c] V[xi][c] per output channel (U = G g G^T of the weights, computed once in double and
-// rounded), then Y = A^T M A + bias. With these matrices (Lavin's F(2, 3); F(2, 5) on the points
+// rounded), then Y = A^T M A + bias. With 2x2 tiles (Lavin's F(2, 3); F(2, 5) on the points
 // 0, 1, -1, 2, -2 and infinity) every step is structurally local: V[i][j] for i, j < r reads
 // only d[0..r-1][0..r-1], M's entries follow their V's, and Y[0][0] reads only M[0..r-1][0..r-1]
 // (Y[1][1] only index 1..r, the two others likewise), so an output element's bits depend only
@@ -14,21 +16,27 @@
 // section 1) and the conv2d region rules therefore hold unchanged: a box cutting through a tile
 // computes the whole tile with zeros in place of the inputs outside the input view (they reach
 // only the tile's outputs outside the box, which are not stored), and gets the full box's bits.
+// F(4, 3) (the points of F(2, 5)) mixes the whole 6x6 window into every output of its tile, so
+// its outputs' bits depend on that whole window: conv2d's rules align rows and columns to the
+// 4x4 tiles for these convs (conv2d_output_tile), a box's input view then holds every tile's
+// window, and the zeros stand only for padding, as in the full computation.
 //
 // Summation order per output element: M's channel sum is acc = 0, then one FMA per input
 // channel in increasing order; the transforms run in a fixed order (conv2d_winograd.inc).
 //
-// Work goes per tile row and chunk of kTiles tiles (along the lanes): the chunk's r + 1 input
-// rows are packed (zero-padded, split into even and odd columns), transformed for every input
-// channel, then blocks of output channels run the channel sums and the output transform.
+// Work goes per tile row and chunk of kTiles tiles (along the lanes): the chunk's m + r - 1
+// input rows are packed (zero-padded, their columns split into m phases: column j of tile t is
+// entry t + j / m of phase j % m), transformed for every input channel, then blocks of output
+// channels run the channel sums and the output transform.
 // (Packing each tile row's rows anew measured faster than keeping the rows two tile rows share
 // and walking a chunk down the image: that order reads the input in short strided runs.)
-// Scratch (the call's): U unless prepared, the packed rows, V, M and two output rows.
+// Scratch (the call's): U unless prepared, the packed rows, V, M and m output rows.
 #include <algorithm>
 #include <cstring>
 #include <memory>
 #include <new>
 
+#include "engine/op_def.h"
 #include "engine/ops.h"
 #include "kernels/cpu/conv2d_internal.h"
 #include "kernels/cpu/conv2d_winograd.h"
@@ -51,7 +59,8 @@ struct Geometry {
   int64_t height = 0, width = 0, out_height = 0, out_width = 0;
   int64_t pad_h = 0, pad_w = 0;
   int64_t r = 3;
-  int64_t n() const { return r + 1; }                          // a tile's input rows and columns
+  int64_t m = 2;                                               // a tile's output rows and columns
+  int64_t n() const { return m + r - 1; }                      // a tile's input rows and columns
   int64_t xis() const { return n() * n(); }                    // products per tile and channel pair
   // U in blocks of `ocb` output channels (the last one padded with zeros): block b holds
   // U[xi][c][o] for o in [b * ocb, (b + 1) * ocb) at ((b * xis + xi) * channels + c) * ocb + o %
@@ -60,7 +69,7 @@ struct Geometry {
   // first chunk of an edit's small box: ~100 us of a 250 us conv).
   int64_t u_block(int64_t ocb) const { return xis() * channels * ocb; }
   int64_t u_floats() const { return xis() * channels * (out_channels + kMaxOcb); }  // any ocb
-  int64_t rows_floats() const { return n() * channels * 2 * kPhaseLen; }
+  int64_t rows_floats() const { return n() * channels * m * kPhaseLen; }
   int64_t v_floats() const { return xis() * channels * kTiles; }
   int64_t m_floats() const { return xis() * kMaxOcb * kTiles; }
 };
@@ -69,8 +78,10 @@ Geometry geometry_of(const Shape& x, const Shape& w, const Shape& out, const Con
   return Geometry{x[1], out[1], x[2], x[3], out[2], out[3], a.pad_h, a.pad_w, w[2]};
 }
 Geometry geometry_of(const Graph& graph, const Node& node) {
-  return geometry_of(graph.node(node.inputs[0]).shape, graph.node(node.inputs[1]).shape, node.shape,
-                     node.attrs_as<Conv2dAttrs>());
+  Geometry g = geometry_of(graph.node(node.inputs[0]).shape, graph.node(node.inputs[1]).shape, node.shape,
+                           node.attrs_as<Conv2dAttrs>());
+  if (conv2d_output_tile(graph, node) == 4) g.m = 4;
+  return g;
 }
 
 bool eligible(const Graph& graph, const Node& node) {
@@ -84,8 +95,11 @@ bool eligible(const Graph& graph, const Node& node) {
          w[1] >= kMinChannels && geometry_of(graph, node).u_floats() <= kMaxUFloats;
 }
 
-// G of F(2, r) (rows: the points of apply_bt in conv2d_winograd.inc), r + 1 rows of r.
-const double* g_matrix(int64_t r) {
+// G of F(m, r) (rows: the points of apply_bt in conv2d_winograd.inc), m + r - 1 rows of r.
+const double* g_matrix(int64_t m, int64_t r) {
+  static const double g43[6][3] = {{1.0 / 4, 0, 0},           {-1.0 / 6, -1.0 / 6, -1.0 / 6}, {-1.0 / 6, 1.0 / 6, -1.0 / 6},
+                                   {1.0 / 24, 1.0 / 12, 1.0 / 6}, {1.0 / 24, -1.0 / 12, 1.0 / 6}, {0, 0, 1}};
+  if (m == 4) return &g43[0][0];
   static const double g3[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
   static const double g5[6][5] = {{1.0 / 4, 0, 0, 0, 0},
                                   {-1.0 / 6, -1.0 / 6, -1.0 / 6, -1.0 / 6, -1.0 / 6},
@@ -103,7 +117,7 @@ void transform_weights(const Geometry& g, int64_t ocb, const TensorView& w, int6
                        float* u) {
   std::fill(u, u + g.u_floats(), 0.0f);
   const int64_t r = g.r, n = g.n();
-  const double* gm = g_matrix(r);
+  const double* gm = g_matrix(g.m, r);
   for (int64_t o = o_begin; o < o_end; ++o)
     for (int64_t c = 0; c < g.channels; ++c) {
       double f[5][5], t[6][5];
@@ -127,27 +141,28 @@ void transform_weights(const Geometry& g, int64_t ocb, const TensorView& w, int6
     }
 }
 
-// Packs input rows 2 ty - pad_h + r (r < n) of every channel of sample n for tiles
-// [tx0, tx0 + tiles) into rows + (r * channels + c) * 2 * kPhaseLen + offset: phase p, entry e
-// holds input column 2 (tx0 + e) - pad_w + p, or zero where that lies outside the image or x's
-// view, for the tiles + r / 2 entries the input transform of these tiles reads (footprint()).
-int64_t footprint(int64_t r, int64_t tiles) { return tiles + r / 2; }
+// Packs input rows m ty - pad_h + r (r < n) of every channel of sample n for tiles
+// [tx0, tx0 + tiles) into rows + (r * channels + c) * m * kPhaseLen + offset: phase p, entry e
+// holds input column m (tx0 + e) - pad_w + p, or zero where that lies outside the image or x's
+// view, for the entries the input transform of these tiles reads (footprint()).
+constexpr int64_t extra_entries(int64_t m, int64_t r) { return (m + r - 2) / m; }
+int64_t footprint(int64_t m, int64_t r, int64_t tiles) { return tiles + extra_entries(m, r); }
 
 void pack_rows(const WinogradOps& ops, const Geometry& g, const KernelInput& x, int64_t n,
                int64_t ty, int64_t tx0, int64_t tiles, int64_t offset, float* rows) {
   const int64_t row_lo = std::max<int64_t>(0, x.extent.begin(2)),
                 row_hi = std::min(g.height, x.extent.end(2));
-  const int64_t first =
-      2 * tx0 - g.pad_w;  // the column of phase 0, entry 0: span column k is first + k
+  const int64_t tile = g.m;
+  const int64_t first = tile * tx0 - g.pad_w;  // the column of phase 0, entry 0: span column k is first + k
   // Span columns [k_lo, k_hi) exist and lie in x's view.
   const int64_t k_lo = std::max<int64_t>({0, -first, x.extent.begin(3) - first});
   const int64_t k_hi =
-      std::min<int64_t>({2 * tiles + g.r - 1, g.width - first, x.extent.end(3) - first});
+      std::min<int64_t>({tile * tiles + g.r - 1, g.width - first, x.extent.end(3) - first});
   const int64_t step = x.strides[3];
-  const int64_t span = 2 * footprint(g.r, tiles);  // span columns [0, span): entries [0, footprint)
+  const int64_t span = tile * footprint(g.m, g.r, tiles);  // span columns [0, span): entries [0, footprint)
   rows += offset;
-  const int64_t ih0 = 2 * ty - g.pad_h;  // the segment's first input row
-  if (k_lo == 0 && k_hi == span && step == 1 && ih0 >= row_lo && ih0 + g.n() <= row_hi) {
+  const int64_t ih0 = tile * ty - g.pad_h;  // the segment's first input row
+  if (tile == 2 && k_lo == 0 && k_hi == span && step == 1 && ih0 >= row_lo && ih0 + g.n() <= row_hi) {
     const int64_t at[4] = {n, 0, ih0, first};
     ops.pack_pairs(x.at<const float>(at), x.strides[1], x.strides[2], g.channels, g.n(), span / 2, rows, kPhaseLen);
     return;
@@ -155,31 +170,32 @@ void pack_rows(const WinogradOps& ops, const Geometry& g, const KernelInput& x, 
   // Zeros where no input column is copied: span columns [0, k_lo) and [k_hi, span), or all of
   // a row outside the image or the view.
   auto zero = [&](float* row, int64_t lo, int64_t hi) {
-    for (int64_t k = lo; k < hi; ++k) row[(k % 2) * kPhaseLen + k / 2] = 0.0f;
+    for (int64_t k = lo; k < hi; ++k) row[(k % tile) * kPhaseLen + k / tile] = 0.0f;
   };
   // A channel's n rows at a time: they lie one input row apart, one stream for the prefetcher
   // (rows outer, channels inner measured 3-6% slower on a 64-channel 3x3 layer).
   for (int64_t c = 0; c < g.channels; ++c) {
     for (int64_t r = 0; r < g.n(); ++r) {
-      float* row = rows + (r * g.channels + c) * 2 * kPhaseLen;
-      const int64_t ih = 2 * ty - g.pad_h + r;
+      float* row = rows + (r * g.channels + c) * tile * kPhaseLen;
+      const int64_t ih = ih0 + r;
       if (ih < row_lo || ih >= row_hi || k_lo >= k_hi) {
-        std::fill_n(row, footprint(g.r, tiles), 0.0f);
-        std::fill_n(row + kPhaseLen, footprint(g.r, tiles), 0.0f);
+        for (int64_t phase = 0; phase < tile; ++phase)
+          std::fill_n(row + phase * kPhaseLen, footprint(g.m, g.r, tiles), 0.0f);
         continue;
       }
       zero(row, 0, k_lo);
       zero(row, k_hi, span);
       const int64_t at[4] = {n, c, ih, first + k_lo};
-      scatter_phases(x.at<const float>(at), step, first + k_lo, first + k_hi, first, 2, row, kPhaseLen,
+      scatter_phases(x.at<const float>(at), step, first + k_lo, first + k_hi, first, tile, row, kPhaseLen,
                      ops.deinterleave);
     }
   }
 }
 
-template <const WinogradOps& (*kOps)(), int kR>
+template <const WinogradOps& (*kOps)(), int kM, int kR>
 absl::Status conv2d_winograd(const KernelArgs& args) {
-  constexpr int64_t kN = kR + 1, kXis = kN * kN;
+  constexpr int64_t kN = kM + kR - 1, kXis = kN * kN, kExtra = extra_entries(kM, kR);
+  constexpr int kTransform = kM == 4 ? 2 : kR / 5;  // WinogradOps' transforms
   const Box& box = args.box;
   if (box.empty()) return absl::OkStatus();
   const WinogradOps& ops = kOps();
@@ -189,7 +205,8 @@ absl::Status conv2d_winograd(const KernelArgs& args) {
   const conv::Epilogue epilogue(attrs, args.inputs, ops.finish);
   // Without a residual, relu is the last step of the output transform (no pass of its own).
   const bool relu_in_transform = attrs.relu && epilogue.residual == nullptr;
-  const Geometry g = geometry_of(x.shape, args.inputs[1].shape, args.node.shape, attrs);
+  Geometry g = geometry_of(x.shape, args.inputs[1].shape, args.node.shape, attrs);
+  g.m = kM;
   ScratchCarver carver(args.scratch);
   const float* u = static_cast<const float*>(args.node.prepared);
   if (u == nullptr) {
@@ -201,15 +218,16 @@ absl::Status conv2d_winograd(const KernelArgs& args) {
   float* rows = carver.take<float>(g.rows_floats());
   float* v = carver.take<float>(g.v_floats());
   float* m = carver.take<float>(g.m_floats());
-  float* out_rows = carver.take<float>(2 * 2 * kTiles);
+  float* out_rows = carver.take<float>(kM * kM * kTiles);
   if (rows == nullptr || v == nullptr || m == nullptr || out_rows == nullptr)
     return absl::InternalError("[conv2d] kernel scratch too small");
-  float* const out_row[2] = {out_rows, out_rows + 2 * kTiles};
+  float* out_row[kM];
+  for (int64_t r = 0; r < kM; ++r) out_row[r] = out_rows + r * kM * kTiles;
   const int64_t ocb = ops.ocb, lanes = ops.lanes;
   const int64_t xi_v = kTiles, c_v = kXis * kTiles, xi_u = g.channels * ocb, xi_m = ocb * kTiles;
   const int64_t out_step = args.out.strides[3];
-  const int64_t tx_begin = box.begin(3) / 2, tx_end = (box.end(3) + 1) / 2;
-  const int64_t ty_begin = box.begin(2) / 2, ty_end = (box.end(2) + 1) / 2;
+  const int64_t tx_begin = box.begin(3) / kM, tx_end = (box.end(3) + kM - 1) / kM;
+  const int64_t ty_begin = box.begin(2) / kM, ty_end = (box.end(2) + kM - 1) / kM;
   // A chunk gives the gemm up to kTiles tiles: segments (runs of one tile row's tiles) packed
   // one after another, each footprint() entries after the previous one's start, so that the
   // transform of a segment's last tile reads its own columns only. The input transform drops
@@ -220,14 +238,14 @@ absl::Status conv2d_winograd(const KernelArgs& args) {
     int64_t ty, tx0, tiles, offset, first;  // offset: its first entry; first: its first tile in the chunk
   };
   Segment segments[kTiles];
-  OutRun runs[2 * kTiles];
+  OutRun runs[kM * kTiles];
   const bool unit_steps = out_step == 1 && (epilogue.residual == nullptr || epilogue.residual->strides[3] == 1);
   uint32_t keep[kEntries / 8 + 1];
   for (int64_t n = box.begin(0); n < box.end(0); ++n)
     for (int64_t ty = ty_begin, tx0 = tx_begin; ty < ty_end;) {
       int64_t count = 0, entries = 0, tiles_in = 0;
       while (ty < ty_end && tiles_in < kTiles) {
-        int64_t tiles = std::min({kTiles - tiles_in, tx_end - tx0, kEntries - entries - kR / 2});
+        int64_t tiles = std::min({kTiles - tiles_in, tx_end - tx0, kEntries - entries - kExtra});
         if (count > 0 && tiles < tx_end - tx0) {
           // A row that does not fit is cut only to fill the chunk's last vector, and only when
           // that vector is at least a quarter empty (a cut costs a segment, and the gaps cost
@@ -237,7 +255,7 @@ absl::Status conv2d_winograd(const KernelArgs& args) {
         }
         if (tiles <= 0) break;
         segments[count++] = {ty, tx0, tiles, entries, tiles_in};
-        entries += footprint(kR, tiles);
+        entries += footprint(kM, kR, tiles);
         tiles_in += tiles;
         tx0 += tiles;
         if (tx0 >= tx_end) {
@@ -251,21 +269,21 @@ absl::Status conv2d_winograd(const KernelArgs& args) {
         for (int64_t e = segments[k].offset; e < segments[k].offset + segments[k].tiles; ++e)
           keep[e / lanes] |= 1u << (e % lanes);
       for (int64_t k = 0; k < count; ++k)  // the chunk's residual rows, read while the gemm runs
-        for (int64_t oh = 2 * segments[k].ty; oh < 2 * segments[k].ty + 2; ++oh)
+        for (int64_t oh = kM * segments[k].ty; oh < kM * segments[k].ty + kM; ++oh)
           if (oh >= box.begin(2) && oh < box.end(2))
-            epilogue.prefetch(n, box.begin(1), box.end(1), oh, std::max(2 * segments[k].tx0, box.begin(3)),
-                              std::min(2 * (segments[k].tx0 + segments[k].tiles), box.end(3)));
+            epilogue.prefetch(n, box.begin(1), box.end(1), oh, std::max(kM * segments[k].tx0, box.begin(3)),
+                              std::min(kM * (segments[k].tx0 + segments[k].tiles), box.end(3)));
       for (int64_t k = 0; k < count; ++k)
         pack_rows(ops, g, x, n, segments[k].ty, segments[k].tx0, segments[k].tiles, segments[k].offset, rows);
       // The entries past the last segment that the last vector's transform reads.
       for (int64_t row = 0; row < kN * g.channels; ++row)
-        for (int64_t phase = 0; phase < 2; ++phase)
-          std::fill(rows + (2 * row + phase) * kPhaseLen + std::min(entries, entry_vectors * lanes + kR / 2),
-                    rows + (2 * row + phase) * kPhaseLen + entry_vectors * lanes + kR / 2, 0.0f);
+        for (int64_t phase = 0; phase < kM; ++phase)
+          std::fill(rows + (kM * row + phase) * kPhaseLen + std::min(entries, entry_vectors * lanes + kExtra),
+                    rows + (kM * row + phase) * kPhaseLen + entry_vectors * lanes + kExtra, 0.0f);
       for (int64_t c = 0; c < g.channels; ++c) {
         const float* channel_rows[kN];
-        for (int64_t r = 0; r < kN; ++r) channel_rows[r] = rows + (r * g.channels + c) * 2 * kPhaseLen;
-        ops.input_transform[kR / 5](channel_rows, kPhaseLen, entry_vectors, keep, v + c * c_v, xi_v);
+        for (int64_t r = 0; r < kN; ++r) channel_rows[r] = rows + (r * g.channels + c) * kM * kPhaseLen;
+        ops.input_transform[kTransform](channel_rows, kPhaseLen, entry_vectors, keep, v + c * c_v, xi_v);
       }
       // The chunk's output runs, the same for every channel (-1: steps other than 1, per run).
       int64_t run_count = -1;
@@ -273,11 +291,11 @@ absl::Status conv2d_winograd(const KernelArgs& args) {
         run_count = 0;
         for (int64_t k = 0; k < count; ++k) {
           const Segment& seg = segments[k];
-          const int64_t ow_begin = std::max(2 * seg.tx0, box.begin(3)), ow_end = std::min(2 * (seg.tx0 + seg.tiles), box.end(3));
-          for (int64_t r = 0; r < 2; ++r) {
-            const int64_t oh = 2 * seg.ty + r;
+          const int64_t ow_begin = std::max(kM * seg.tx0, box.begin(3)), ow_end = std::min(kM * (seg.tx0 + seg.tiles), box.end(3));
+          for (int64_t r = 0; r < kM; ++r) {
+            const int64_t oh = kM * seg.ty + r;
             if (oh < box.begin(2) || oh >= box.end(2) || ow_begin >= ow_end) continue;
-            runs[run_count++] = {r, ow_end - ow_begin, 2 * seg.first + (ow_begin - 2 * seg.tx0),
+            runs[run_count++] = {r, ow_end - ow_begin, kM * seg.first + (ow_begin - kM * seg.tx0),
                                  (oh - box.begin(2)) * args.out.strides[2] + (ow_begin - box.begin(3)),
                                  epilogue.residual != nullptr ? (oh - box.begin(2)) * epilogue.residual->strides[2] +
                                                                     (ow_begin - box.begin(3))
@@ -303,7 +321,7 @@ absl::Status conv2d_winograd(const KernelArgs& args) {
         }
         for (int64_t j = std::max<int64_t>(0, box.begin(1) - o0); j < ocb && o0 + j < box.end(1); ++j) {
           const int64_t o = o0 + j;
-          ops.output_transform[kR / 5](m + j * kTiles, xi_m, vectors, bias != nullptr ? bias->at<const float>(&o) : nullptr,
+          ops.output_transform[kTransform](m + j * kTiles, xi_m, vectors, bias != nullptr ? bias->at<const float>(&o) : nullptr,
                                        relu_in_transform, out_row);
           if (run_count >= 0) {  // unit steps: the chunk's runs in one call
             const int64_t at[4] = {n, o, box.begin(2), box.begin(3)};
@@ -315,14 +333,14 @@ absl::Status conv2d_winograd(const KernelArgs& args) {
           for (int64_t k = 0; k < count; ++k) {
             const Segment& seg = segments[k];
             // Output columns [ow_begin, ow_end) of the segment's tiles are in the box.
-            const int64_t ow_begin = std::max(2 * seg.tx0, box.begin(3)),
-                          ow_end = std::min(2 * (seg.tx0 + seg.tiles), box.end(3));
-            for (int64_t r = 0; r < 2; ++r) {
-              const int64_t oh = 2 * seg.ty + r;
+            const int64_t ow_begin = std::max(kM * seg.tx0, box.begin(3)),
+                          ow_end = std::min(kM * (seg.tx0 + seg.tiles), box.end(3));
+            for (int64_t r = 0; r < kM; ++r) {
+              const int64_t oh = kM * seg.ty + r;
               if (oh < box.begin(2) || oh >= box.end(2)) continue;
               const int64_t at[4] = {n, o, oh, ow_begin};
               float* dst = args.out.at<float>(at);
-              const float* src = out_row[r] + 2 * seg.first + (ow_begin - 2 * seg.tx0);
+              const float* src = out_row[r] + kM * seg.first + (ow_begin - kM * seg.tx0);
               if (epilogue.residual != nullptr) {
                 epilogue.finish(src, ow_end - ow_begin, dst, out_step, n, o, oh, ow_begin);
               } else if (out_step == 1) {
@@ -361,13 +379,17 @@ const WinogradOps& avx512_ops() {
 
 KernelFn winograd_kernel(const Graph& graph, const Node& node, Isa isa) {
   if (!eligible(graph, node)) return nullptr;
-  const bool five = graph.node(node.inputs[1]).shape[2] == 5;
+  const bool five = graph.node(node.inputs[1]).shape[2] == 5, four = geometry_of(graph, node).m == 4;
 #if TESSERA_HAVE_AVX2_PATHS
   if (isa >= Isa::Avx512)
-    return five ? conv2d_winograd<avx512_ops, 5> : conv2d_winograd<avx512_ops, 3>;
-  if (isa == Isa::Avx2) return five ? conv2d_winograd<avx2_ops, 5> : conv2d_winograd<avx2_ops, 3>;
+    return five ? conv2d_winograd<avx512_ops, 2, 5>
+                : four ? conv2d_winograd<avx512_ops, 4, 3> : conv2d_winograd<avx512_ops, 2, 3>;
+  if (isa == Isa::Avx2)
+    return five ? conv2d_winograd<avx2_ops, 2, 5>
+                : four ? conv2d_winograd<avx2_ops, 4, 3> : conv2d_winograd<avx2_ops, 2, 3>;
 #endif
   (void)five;
+  (void)four;
   (void)isa;
   return nullptr;
 }
@@ -377,7 +399,7 @@ int64_t winograd_scratch_bytes(const Graph& graph, const Node& node) {
   const Geometry g = geometry_of(graph, node);
   return scratch_take_bytes<float>(g.u_floats()) + scratch_take_bytes<float>(g.rows_floats()) +
          scratch_take_bytes<float>(g.v_floats()) + scratch_take_bytes<float>(g.m_floats()) +
-         scratch_take_bytes<float>(2 * 2 * kTiles);
+         scratch_take_bytes<float>(g.m * g.m * kTiles);
 }
 
 namespace {

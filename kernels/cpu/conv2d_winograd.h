@@ -24,15 +24,15 @@ struct WinogradOps {
   // A segment's rows of every channel when they lie inside the image and the view (pack_rows).
   void (*pack_pairs)(const float* src, int64_t src_channel, int64_t src_row, int64_t channels, int64_t rows,
                      int64_t pairs, float* dst, int64_t phase_len) = nullptr;
-  // [0]: F(2, 3), [1]: F(2, 5).
-  void (*input_transform[2])(const float* const* rows, int64_t phase_len, int64_t vectors, const uint32_t* keep,
+  // [0]: F(2, 3), [1]: F(2, 5), [2]: F(4, 3).
+  void (*input_transform[3])(const float* const* rows, int64_t phase_len, int64_t vectors, const uint32_t* keep,
                              float* v, int64_t xi_stride) = {};
   // gemm[k - 1]: k vectors of tiles (gemm[2] takes gemm_vectors).
   using GemmFn = void (*)(const float* u, int64_t u_stride, const float* v, int64_t v_stride,
                           int64_t channels, float* m, int64_t m_stride);
   GemmFn gemm[3] = {};
   // Y = A^T M A + bias, then relu when `relu` (the epilogue without a residual).
-  void (*output_transform[2])(const float* m, int64_t xi_stride, int64_t vectors, const float* bias, bool relu,
+  void (*output_transform[3])(const float* m, int64_t xi_stride, int64_t vectors, const float* bias, bool relu,
                               float* const* out) = {};
   FinishFn finish = nullptr;  // the direct kernel's table's, of the same instruction set
   // One output channel's runs of a chunk: dst[run.dst_at + i] = out_row[run.row][run.src + i],

@@ -1,13 +1,15 @@
 // End-to-end exactness of the optimised conv-net kernels inside a session: after an edit of a
 // few pixels, an incremental read of small random conv nets equals bitwise a fresh session
 // computing everything, on 1 and 2 threads (whose results must also agree with each other), and
-// stays close to the reference backend.
+// stays close to the reference backend; with convs in 4x4 Winograd tiles, asked for by the graph
+// or given by the conv_tiles pass.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "engine/ops.h"
@@ -50,6 +52,28 @@ void norm_pool_net(Graph& g) {
   x = upsample_nearest(x, 2);
   x = layer_norm(x, weight({x.dim(-1)}), Tensor{}, 1e-5);
   g.output("out", conv2d(x, weight({5, 9, 5, 5}), weight({5}), params_pad(2)));
+}
+
+// conv, group norm, then three 3x3 convs of 8 channels, the last to 3: every edit dirties
+// everything after the group norm, so the conv_tiles pass gives the two 8 -> 8 convs there 4x4
+// tiles; the first conv (before the norm) keeps the receptive field.
+void norm_conv_net(Graph& g) {
+  std::mt19937_64 rng(29);
+  auto weight = [&](const Shape& shape) {
+    std::normal_distribution<float> normal(0.0f, 0.3f);
+    std::vector<float> values(static_cast<size_t>(shape_volume(shape)));
+    for (float& v : values) v = normal(rng);
+    return g.constant(shape, values);
+  };
+  Tensor x = g.input("image", {1, 3, kHeight, kWidth}, DType::F32);
+  Conv2dParams same;
+  same.pad_h = same.pad_w = 1;
+  x = relu(conv2d(x, weight({8, 3, 3, 3}), weight({8}), same));
+  x = relu(conv2d(x, weight({8, 8, 3, 3}), weight({8}), same));
+  x = group_norm(x, 2, weight({8}), weight({8}), 1e-5);
+  x = relu(conv2d(x, weight({8, 8, 3, 3}), weight({8}), same));
+  x = relu(conv2d(x, weight({8, 8, 3, 3}), weight({8}), same) + x);
+  g.output("out", conv2d(x, weight({3, 8, 3, 3}), weight({3}), same));
 }
 
 std::vector<float> random_image(std::mt19937_64& rng, int64_t count) {
@@ -120,16 +144,49 @@ std::vector<float> check_edits(const Graph& g, int threads, uint64_t seed) {
 }  // namespace
 
 TEST_CASE("kernels: conv net edits in a session equal a fresh session bitwise, 1 and 2 threads") {
-  for (int net = 0; net < 2; ++net) {
+  for (int net = 0; net < 4; ++net) {
     CAPTURE(net);
     Graph g;
     if (net == 0) {
       testing::conv_net(g, kHeight, kWidth);
-    } else {
+    } else if (net == 1) {
       norm_pool_net(g);
+    } else if (net == 2) {
+      testing::conv_net(g, kHeight, kWidth, 11, /*tile=*/4);  // the 8 -> 8 conv in 4x4 tiles
+    } else {
+      norm_conv_net(g);
     }
     const std::vector<float> one = check_edits(g, 1, 61);
     const std::vector<float> two = check_edits(g, 2, 61);
     CHECK(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)) == 0);
   }
+}
+
+TEST_CASE("kernels: the conv_tiles pass gives 4x4 tiles to the convs every edit dirties whole") {
+  Graph g;
+  norm_conv_net(g);
+  GraphSession s(g);
+  const Shape in{1, 3, kHeight, kWidth};
+  s.write("image", Box::full(in), std::vector<float>(static_cast<size_t>(shape_volume(in)), 0.5f));
+  const Explanation e = s.explain("out", Box::full(g.node(g.outputs()[0].second).shape));
+  std::vector<std::string> convs;
+  for (const Explanation::Entry& entry : e.entries)
+    if (entry.op.rfind("conv2d", 0) == 0) convs.push_back(entry.op);
+  // In order: the two convs before the norm keep the receptive field, the two 8 -> 8 convs after
+  // it take 4x4 tiles, the last (3 output channels) is not one the 4x4 kernel takes.
+  REQUIRE(convs.size() == 5);
+  for (size_t k = 0; k < convs.size(); ++k) {
+    CAPTURE(convs[k]);
+    CHECK((convs[k].find("tile=4") != std::string::npos) == (k == 2 || k == 3));
+  }
+  // An edit then recomputes everything after the norm, as it did with receptive-field rules,
+  // and only part of what comes before it.
+  s.read<float>("out", Box::full(g.node(g.outputs()[0].second).shape));
+  s.write("image", Box{{0, 1}, {0, 3}, {4, 6}, {4, 6}}, std::vector<float>(12, 0.25f));
+  const Explanation edit = s.explain("out", Box::full(g.node(g.outputs()[0].second).shape));
+  std::vector<int64_t> computes;
+  for (const Explanation::Entry& entry : edit.entries)
+    if (entry.op.rfind("conv2d", 0) == 0) computes.push_back(entry.compute.volume());
+  const int64_t whole = 8 * kHeight * kWidth;
+  CHECK(computes == std::vector<int64_t>{8 * 4 * 4, 8 * 6 * 6, whole, whole, 3 * kHeight * kWidth});
 }

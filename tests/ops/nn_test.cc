@@ -202,6 +202,12 @@ TEST_CASE("ops: conv2d rules with stride, padding, dilation and groups") {
                                  Tensor w = g.input("w", {2, 3, 2, 3}, DType::F32);
                                  return conv2d(x, w, g.input("b", {2}, DType::F32), mixed);
                                }});
+  check_rules_and_reads(OpCase{"conv2d 4x4 tiles", [](Graph& g) {
+                                 Tensor x = g.input("x", {1, 8, 9, 11}, DType::F32);
+                                 Tensor w = g.input("w", {8, 8, 3, 3}, DType::F32);
+                                 return conv2d(x, w, g.input("b", {8}, DType::F32),
+                                               Conv2dParams{.pad_h = 1, .pad_w = 1, .tile = 4});
+                               }});
   check_rules_and_reads(OpCase{"conv2d depthwise bf16", [](Graph& g) {
                                  Tensor x = g.input("x", {1, 4, 6, 6}, DType::BF16);
                                  Tensor w = g.input("w", {8, 1, 3, 3}, DType::BF16);
@@ -273,6 +279,36 @@ TEST_CASE("ops: conv2d forward rule follows the receptive field") {
   std::vector<Box> need = needed_of(strided, Box{{0, 1}, {2, 4}, {1, 3}, {0, 1}});
   CHECK(need[0] == Box{{0, 1}, {0, 4}, {1, 6}, {0, 2}});
   CHECK(need[1] == Box{{2, 4}, {0, 2}, {0, 3}, {0, 3}});
+}
+
+TEST_CASE("ops: conv2d with 4x4 tiles aligns its rules to the tiles") {
+  Graph g;
+  Tensor x = g.input("x", {1, 8, 10, 11}, DType::F32);
+  Tensor w = g.input("w", {8, 8, 3, 3}, DType::F32);
+  Tensor tiled = conv2d(x, w, Tensor{}, Conv2dParams{.pad_h = 1, .pad_w = 1, .tile = 4});
+  Tensor plain = conv2d(x, w, Tensor{}, Conv2dParams{.pad_h = 1, .pad_w = 1});
+  CHECK(conv2d_output_tile(g, tiled.node()) == 4);
+  CHECK(conv2d_output_tile(g, plain.node()) == 1);
+  // A pixel reaches outputs 4 .. 6: the tiles [4, 8); at the far corner, outputs 8 .. 10 (9 .. 10
+  // wide): the last tiles, clamped to the 10 x 11 output.
+  CHECK(forward_of(tiled, 0, Box{{0, 1}, {2, 3}, {5, 6}, {5, 6}}) == Region(Box{{0, 1}, {0, 8}, {4, 8}, {4, 8}}));
+  CHECK(forward_of(tiled, 0, Box{{0, 1}, {2, 3}, {9, 10}, {10, 11}}) ==
+        Region(Box{{0, 1}, {0, 8}, {8, 10}, {8, 11}}));
+  CHECK(forward_of(plain, 0, Box{{0, 1}, {2, 3}, {5, 6}, {5, 6}}) == Region(Box{{0, 1}, {0, 8}, {4, 7}, {4, 7}}));
+  // Output (5, 1) needs its tile's window: rows 3 .. 8 and columns 0 .. 4 (padding below 0).
+  CHECK(needed_of(tiled, Box{{0, 1}, {0, 2}, {5, 6}, {1, 2}})[0] == Box{{0, 1}, {0, 8}, {3, 9}, {0, 5}});
+  CHECK(needed_of(plain, Box{{0, 1}, {0, 2}, {5, 6}, {1, 2}})[0] == Box{{0, 1}, {0, 8}, {4, 7}, {0, 3}});
+  // Convs the 4x4 kernel does not take keep the receptive field: stride 2, 7 input channels, f16.
+  Tensor strided =
+      conv2d(x, w, Tensor{}, Conv2dParams{.stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1, .tile = 4});
+  Tensor narrow = conv2d(g.input("x7", {1, 7, 10, 11}, DType::F32), g.input("w7", {8, 7, 3, 3}, DType::F32),
+                         Tensor{}, Conv2dParams{.pad_h = 1, .pad_w = 1, .tile = 4});
+  Tensor half = conv2d(g.input("xh", {1, 8, 10, 11}, DType::F16), g.input("wh", {8, 8, 3, 3}, DType::F16),
+                       Tensor{}, Conv2dParams{.pad_h = 1, .pad_w = 1, .tile = 4});
+  for (const Tensor& t : {strided, narrow, half}) CHECK(conv2d_output_tile(g, t.node()) == 1);
+  CHECK(forward_of(narrow, 0, Box{{0, 1}, {2, 3}, {5, 6}, {5, 6}}) == Region(Box{{0, 1}, {0, 8}, {4, 7}, {4, 7}}));
+  CHECK_THROWS_WITH_AS(conv2d(x, w, Tensor{}, Conv2dParams{.pad_h = 1, .pad_w = 1, .tile = 2}),
+                       doctest::Contains("[conv2d] tile must be 1 or 4, got 2"), Error);
 }
 
 // ---- pool2d ----------------------------------------------------------------------------------

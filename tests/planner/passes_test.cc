@@ -25,7 +25,7 @@ TEST_CASE("planner: passes are listed in the order they run") {
   std::vector<std::string> names;
   for (const PassInfo& p : planner_passes()) names.push_back(p.name);
   CHECK(names == std::vector<std::string>{"verify", "fuse_patterns", "fold", "cse", "fuse_elementwise",
-                                          "region_analysis", "plan_lookup",
+                                          "conv_tiles", "region_analysis", "plan_lookup",
                                           "kernel_choice", "memory_plan"});
 }
 

@@ -1,6 +1,7 @@
 // A small conv net with random weights (fixed seed) for memory-pool and edit tests: conv, silu,
 // strided conv, conv, nearest upsample, conv. Input "image" [1, 3, H, W], output "out"
-// [1, 3, H, W] (H and W even).
+// [1, 3, H, W] (H and W even). `tile`: Conv2dAttrs::tile of the stride-1 convs (4: the 8 -> 8
+// conv runs 4x4 Winograd tiles).
 #pragma once
 
 #include <random>
@@ -10,7 +11,7 @@
 
 namespace tessera::testing {
 
-inline Tensor conv_net(Graph& g, int64_t height, int64_t width, uint64_t seed = 11) {
+inline Tensor conv_net(Graph& g, int64_t height, int64_t width, uint64_t seed = 11, int64_t tile = 1) {
   std::mt19937_64 rng(seed);
   auto weight = [&](const Shape& shape) {
     std::normal_distribution<float> normal(0.0f, 0.2f);
@@ -23,6 +24,7 @@ inline Tensor conv_net(Graph& g, int64_t height, int64_t width, uint64_t seed = 
   same.pad_h = same.pad_w = 1;
   Conv2dParams down = same;
   down.stride_h = down.stride_w = 2;
+  same.tile = tile;
   x = silu(conv2d(x, weight({8, 3, 3, 3}), weight({8}), same));
   x = silu(conv2d(x, weight({8, 8, 3, 3}), weight({8}), down));
   x = silu(conv2d(x, weight({8, 8, 3, 3}), weight({8}), same));

@@ -1,0 +1,72 @@
+#include "planner/conv_tiles.h"
+
+#include <vector>
+
+#include "engine/op_def.h"
+#include "engine/ops.h"
+#include "planner/region_analysis.h"
+
+namespace tessera {
+namespace {
+
+// Whether conv2d_output_tile would give `node` 4x4 tiles if its tile were 4.
+bool takes_tiles(const Graph& graph, const Node& node) {
+  if (node.kind != OpKind::Conv2d || node.attrs_as<Conv2dAttrs>().tile == 4) return false;
+  Node tiled = node;
+  Conv2dAttrs attrs = node.attrs_as<Conv2dAttrs>();
+  attrs.tile = 4;
+  tiled.attrs = attrs;
+  return conv2d_output_tile(graph, tiled) == 4;
+}
+
+// Whether `dirt` is empty or covers every row and column of the spatial axes (2, 3) of its
+// bounding box's samples and channels.
+bool whole_or_clean(const Region& dirt, const Shape& shape) {
+  if (dirt.empty()) return true;
+  const Box bounds = dirt.bounding_box();
+  return bounds[2] == Interval(0, shape[2]) && bounds[3] == Interval(0, shape[3]) &&
+         dirt.volume() == bounds.volume();
+}
+
+}  // namespace
+
+std::optional<Rewritten> choose_conv_tiles(const Graph& graph, int64_t& changed) {
+  changed = 0;
+  // Only convs something reads (the fusion passes leave the nodes they replaced unread).
+  std::vector<uint8_t> read(static_cast<size_t>(graph.size()), 0);
+  for (const auto& [name, id] : graph.outputs()) read[static_cast<size_t>(id)] = 1;
+  for (NodeId id = graph.size() - 1; id >= 0; --id)
+    if (read[static_cast<size_t>(id)])
+      for (NodeId in : graph.node(id).inputs) read[static_cast<size_t>(in)] = 1;
+  std::vector<uint8_t> tile(static_cast<size_t>(graph.size()), 0);
+  for (NodeId id = 0; id < graph.size(); ++id)
+    tile[static_cast<size_t>(id)] = read[static_cast<size_t>(id)] && takes_tiles(graph, graph.node(id));
+  for (NodeId in : graph.inputs()) {
+    const Shape& shape = graph.node(in).shape;
+    if (shape_volume(shape) == 0) continue;
+    Box first = Box::of_rank(static_cast<int>(shape.size())), last = first;
+    for (size_t d = 0; d < shape.size(); ++d) {
+      first[static_cast<int>(d)] = Interval(0, 1);
+      last[static_cast<int>(d)] = Interval(shape[d] - 1, shape[d]);
+    }
+    for (const Box& probe : {first, last}) {
+      const std::vector<Region> dirt = propagate_dirt(graph, in, probe);
+      for (NodeId id = in + 1; id < graph.size(); ++id)
+        if (tile[static_cast<size_t>(id)] && !whole_or_clean(dirt[static_cast<size_t>(id)], graph.node(id).shape))
+          tile[static_cast<size_t>(id)] = 0;
+    }
+  }
+  for (uint8_t t : tile) changed += t;
+  if (changed == 0) return std::nullopt;
+  return rebuild(graph, [&](NodeId id, Graph& out, absl::FunctionRef<Tensor(NodeId)> mapped) -> std::optional<Tensor> {
+    if (!tile[static_cast<size_t>(id)]) return std::nullopt;
+    const Node& node = graph.node(id);
+    Conv2dAttrs attrs = node.attrs_as<Conv2dAttrs>();
+    attrs.tile = 4;
+    absl::InlinedVector<Tensor, 4> inputs;
+    for (NodeId input : node.inputs) inputs.push_back(mapped(input));
+    return out.add_node(node.kind, inputs, attrs);
+  });
+}
+
+}  // namespace tessera
