@@ -7,7 +7,7 @@
 // round, alternating with our rounds so that both see the same machine load.
 //
 // Usage: conv_bench [--rounds R] [--reps K] [--threads LIST] [--only TEXT] [--no-peer]
-//                   [--reference] [--cpu-time] [--backend NAME]
+//                   [--reference] [--cpu-time] [--backend NAME] [--tile 1|4]
 //   --rounds R     rounds of (ours, peer) per thread count (default 3)
 //   --reps K       timed runs per shape and round (default 3), after one warm-up
 //   --threads LIST comma-separated thread counts (default 1,2)
@@ -16,6 +16,8 @@
 //   --reference    also time the reference backend once per shape (1 thread; slow)
 //   --cpu-time     time by process CPU time instead of wall time, ours and the peer's (for a
 //                  busy machine; meaningful with 1 thread only)
+//   --tile 4       every conv with Conv2dAttrs::tile 4 (the 3x3 stride-1 shapes run 4x4
+//                  Winograd tiles; default 1: 2x2 tiles)
 //   --backend NAME also time each shape on that backend (a GPU plugin: opencl, vulkan, cuda;
 //                  its fallback on the CPU with the first thread count), rounds x reps runs
 //                  beside ours, and print its device and the steps that fell back per run
@@ -89,6 +91,7 @@ struct Options {
   bool peer = true, reference = false;
   bool cpu_time = false;  // time by this process's CPU time (a busy machine, 1 thread)
   std::string backend;    // a device backend timed beside ours
+  int64_t tile = 1;       // Conv2dAttrs::tile of every conv
 };
 
 bool g_cpu_time = false;
@@ -110,7 +113,7 @@ struct ConvRun {
   std::vector<float> input, output;
   Box in_box, out_box;
 
-  ConvRun(const ConvShape& s, SessionOptions options) {
+  ConvRun(const ConvShape& s, SessionOptions options, int64_t tile) {
     std::mt19937_64 rng(5);
     std::normal_distribution<float> normal(0.0f, 0.1f);
     auto random = [&](int64_t count) {
@@ -126,6 +129,7 @@ struct ConvRun {
     Conv2dParams p;
     p.stride_h = p.stride_w = s.stride;
     p.pad_h = p.pad_w = s.pad;
+    p.tile = tile;
     Tensor out = conv2d(x, w, b, p);
     graph.output("out", out);
     session = std::make_unique<GraphSession>(graph, std::move(options));
@@ -190,7 +194,7 @@ void print_usage(std::FILE* f) {
       f,
       "usage: conv_bench [--rounds R] [--reps K] [--threads LIST] [--only TEXT] [--no-peer] "
       "[--reference]\n"
-      "                  [--cpu-time] [--backend NAME]\n"
+      "                  [--cpu-time] [--backend NAME] [--tile 1|4]\n"
       "Times our conv2d per TAEF2 / RDN layer shape through a GraphSession, beside PyTorch\n"
       "(bench/peer_torch_conv.py via .venv/bin/python) when available, and with --backend NAME\n"
       "on that backend too (opencl, vulkan, cuda: plugins on TESSERA_BACKEND_PATH).\n");
@@ -211,10 +215,14 @@ bool parse(int argc, char** argv, Options& o) {
       o.reference = true;
     } else if (const char* v =
                    (arg == "--rounds" || arg == "--reps" || arg == "--threads" || arg == "--only" ||
-                    arg == "--backend")
+                    arg == "--backend" || arg == "--tile")
                        ? value()
                        : nullptr) {
       if (arg == "--backend") o.backend = v;
+      if (arg == "--tile") {
+        o.tile = std::atoi(v);
+        if (o.tile != 1 && o.tile != 4) return false;
+      }
       if (arg == "--rounds") o.rounds = std::max(1, std::atoi(v));
       if (arg == "--reps") o.reps = std::max(1, std::atoi(v));
       if (arg == "--only") o.only = v;
@@ -257,7 +265,7 @@ int main(int argc, char** argv) {
     for (const ConvShape& s : shapes) {
       SessionOptions so;
       so.threads = threads;
-      runs.push_back(std::make_unique<ConvRun>(s, so));
+      runs.push_back(std::make_unique<ConvRun>(s, so, options.tile));
     }
     ours[t].assign(count, {});
     theirs[t].assign(count, {});
@@ -284,7 +292,7 @@ int main(int argc, char** argv) {
         SessionOptions so;
         so.threads = options.threads[0];
         so.backend_name = options.backend;
-        runs.push_back(std::make_unique<ConvRun>(s, so));
+        runs.push_back(std::make_unique<ConvRun>(s, so, options.tile));
       }
       device_name = runs.empty() ? options.backend : runs[0]->session->backend().description();
       for (int round = 0; round < options.rounds; ++round) {
@@ -308,7 +316,7 @@ int main(int argc, char** argv) {
       SessionOptions so;
       so.threads = 1;
       so.backend = BackendKind::Reference;
-      ConvRun run(shapes[k], so);  // its warm-up run is one full run too
+      ConvRun run(shapes[k], so, options.tile);  // its warm-up run is one full run too
       reference[k] = run.time_once();
     }
   }

@@ -72,8 +72,15 @@ int64_t work_per_element(const Graph& graph, const Node& node) {
 int64_t cut_unit(int d, int rank, int split_from, int split_unit) {
   return d == rank - 1 ? 64 : d == split_from ? split_unit : 1;
 }
+// The least extent of axis d a tile takes: 4 steps, or 2 on a conv's rows cut at its 4x4 tiles
+// (8 rows either way for a Winograd conv: its tile rows pack their own input rows, a cut adds no
+// halo).
+int64_t min_tile_extent(int d, int rank, int split_from, int split_unit) {
+  const int steps = d == split_from && split_unit >= 4 ? 2 : 4;
+  return steps * cut_unit(d, rank, split_from, split_unit);
+}
 
-// Tile `member` of `members` (here: of tiles) of `box`: cut along the outermost axis with at least 4 steps per
+// Tile `member` of `members` (here: of tiles) of `box`: cut along the outermost axis with at least min_tile_extent() per
 // member (from axis `split_from` first, then from axis 0), else the outermost that divides evenly, else the outermost with at least `members`
 // elements, else the widest; a step is cut_unit() elements (where its cuts fall). An
 // image of 3 or 4 output channels thus splits along its rows: 3 channels on 2 members would give
@@ -83,11 +90,12 @@ Box tile_of(const Box& box, int member, int members, int split_from, int split_u
   const int rank = box.rank();
   if (rank == 0) return member == 0 ? box : Box::of_rank(0);
   auto unit = [&](int d) { return cut_unit(d, rank, split_from, split_unit); };
+  auto least = [&](int d) { return min_tile_extent(d, rank, split_from, split_unit); };
   int axis = -1;
   for (int d = std::min(split_from, rank - 1); d < rank && axis < 0; ++d)
-    if (box.extent(d) >= 4 * members * unit(d)) axis = d;
+    if (box.extent(d) >= members * least(d)) axis = d;
   for (int d = 0; d < rank && axis < 0; ++d)
-    if (box.extent(d) >= 4 * members * unit(d)) axis = d;
+    if (box.extent(d) >= members * least(d)) axis = d;
   for (int d = 0; d < rank && axis < 0; ++d)
     if (box.extent(d) >= members && box.extent(d) % (members * unit(d)) == 0) axis = d;
   for (int d = 0; d < rank && axis < 0; ++d)
@@ -122,7 +130,7 @@ int tile_count(const Box& box, int64_t work, int members, int split_from, int sp
   const int rank = box.rank();
   auto has_room = [&](int tiles) {
     for (int d = std::min(split_from, rank - 1); d < rank; ++d)
-      if (box.extent(d) >= 4 * tiles * cut_unit(d, rank, split_from, split_unit)) return true;
+      if (box.extent(d) >= tiles * min_tile_extent(d, rank, split_from, split_unit)) return true;
     return false;
   };
   int tiles = static_cast<int>(

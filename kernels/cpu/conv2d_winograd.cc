@@ -148,6 +148,20 @@ void transform_weights(const Geometry& g, int64_t ocb, const TensorView& w, int6
 constexpr int64_t extra_entries(int64_t m, int64_t r) { return (m + r - 2) / m; }
 int64_t footprint(int64_t m, int64_t r, int64_t tiles) { return tiles + extra_entries(m, r); }
 
+// Span columns [k_lo, k_hi) of one input row (src: column k_lo, `step` floats apart) into the 4
+// phases of a packed row: column k is entry k / 4 of phase k % 4.
+void scatter_quads(const WinogradOps& ops, const float* src, int64_t step, int64_t k_lo, int64_t k_hi, float* row) {
+  int64_t k = k_lo;
+  if (step == 1) {
+    for (; k < k_hi && k % 4 != 0; ++k) row[(k % 4) * kPhaseLen + k / 4] = src[k - k_lo];
+    const int64_t quads = (k_hi - k) / 4, e = k / 4;
+    ops.deinterleave4(src + (k - k_lo), quads, row + e, row + kPhaseLen + e, row + 2 * kPhaseLen + e,
+                      row + 3 * kPhaseLen + e);
+    k += 4 * quads;
+  }
+  for (; k < k_hi; ++k) row[(k % 4) * kPhaseLen + k / 4] = src[(k - k_lo) * step];
+}
+
 void pack_rows(const WinogradOps& ops, const Geometry& g, const KernelInput& x, int64_t n,
                int64_t ty, int64_t tx0, int64_t tiles, int64_t offset, float* rows) {
   const int64_t row_lo = std::max<int64_t>(0, x.extent.begin(2)),
@@ -186,8 +200,11 @@ void pack_rows(const WinogradOps& ops, const Geometry& g, const KernelInput& x, 
       zero(row, 0, k_lo);
       zero(row, k_hi, span);
       const int64_t at[4] = {n, c, ih, first + k_lo};
-      scatter_phases(x.at<const float>(at), step, first + k_lo, first + k_hi, first, tile, row, kPhaseLen,
-                     ops.deinterleave);
+      if (tile == 4)
+        scatter_quads(ops, x.at<const float>(at), step, k_lo, k_hi, row);
+      else
+        scatter_phases(x.at<const float>(at), step, first + k_lo, first + k_hi, first, 2, row, kPhaseLen,
+                       ops.deinterleave);
     }
   }
 }

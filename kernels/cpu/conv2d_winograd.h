@@ -21,6 +21,8 @@ struct WinogradOps {
   int ocb = 1;           // output channels per gemm call
   int gemm_vectors = 2;  // the most vectors of tiles per gemm call (2 or 3)
   PairsFn deinterleave = nullptr;  // stride-2 spans (scatter_phases)
+  // p_r[i] = src[4 i + r] for i < quads (4x4 tiles' packed rows).
+  void (*deinterleave4)(const float* src, int64_t quads, float* p0, float* p1, float* p2, float* p3) = nullptr;
   // A segment's rows of every channel when they lie inside the image and the view (pack_rows).
   void (*pack_pairs)(const float* src, int64_t src_channel, int64_t src_row, int64_t channels, int64_t rows,
                      int64_t pairs, float* dst, int64_t phase_len) = nullptr;

@@ -45,6 +45,13 @@ inline void split(Vec a, Vec b, float* even, float* odd) {
   _mm256_storeu_ps(even, _mm256_castpd_ps(_mm256_permute4x64_pd(e, _MM_SHUFFLE(3, 1, 2, 0))));
   _mm256_storeu_ps(odd, _mm256_castpd_ps(_mm256_permute4x64_pd(o, _MM_SHUFFLE(3, 1, 2, 0))));
 }
+// The even and odd elements of a, b (16 floats), in registers.
+inline void split_regs(Vec a, Vec b, Vec& even, Vec& odd) {
+  const __m256d e = _mm256_castps_pd(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)));
+  const __m256d o = _mm256_castps_pd(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+  even = _mm256_castpd_ps(_mm256_permute4x64_pd(e, _MM_SHUFFLE(3, 1, 2, 0)));
+  odd = _mm256_castpd_ps(_mm256_permute4x64_pd(o, _MM_SHUFFLE(3, 1, 2, 0)));
+}
 // split() of the first `pairs` < kLanes pairs only.
 inline void split_tail(const float* src, int64_t pairs, float* even, float* odd) {
   for (int64_t i = 0; i < pairs; ++i) {
@@ -81,6 +88,12 @@ inline void split(Vec a, Vec b, float* even, float* odd) {
   const __m512i o = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
   _mm512_storeu_ps(even, _mm512_permutex2var_ps(a, e, b));
   _mm512_storeu_ps(odd, _mm512_permutex2var_ps(a, o, b));
+}
+inline void split_regs(Vec a, Vec b, Vec& even, Vec& odd) {
+  const __m512i e = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i o = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  even = _mm512_permutex2var_ps(a, e, b);
+  odd = _mm512_permutex2var_ps(a, o, b);
 }
 // Masked loads and stores: the floats past the pairs are neither read nor written.
 inline void split_tail(const float* src, int64_t pairs, float* even, float* odd) {
