@@ -54,9 +54,11 @@ void norm_pool_net(Graph& g) {
   g.output("out", conv2d(x, weight({5, 9, 5, 5}), weight({5}), params_pad(2)));
 }
 
-// conv, group norm, then three 3x3 convs of 8 channels, the last to 3: every edit dirties
-// everything after the group norm, so the conv_tiles pass gives the two 8 -> 8 convs there 4x4
-// tiles; the first conv (before the norm) keeps the receptive field.
+// conv, group norm, then three 3x3 convs of 8 channels, the last to 3, on a 32x40 image (the
+// pass tiles maps of 1024 outputs or more): every edit dirties everything after the group norm,
+// so the conv_tiles pass gives the two 8 -> 8 convs there 4x4 tiles; the convs before the norm
+// keep the receptive field.
+constexpr int64_t kNormHeight = 32, kNormWidth = 40;
 void norm_conv_net(Graph& g) {
   std::mt19937_64 rng(29);
   auto weight = [&](const Shape& shape) {
@@ -65,7 +67,7 @@ void norm_conv_net(Graph& g) {
     for (float& v : values) v = normal(rng);
     return g.constant(shape, values);
   };
-  Tensor x = g.input("image", {1, 3, kHeight, kWidth}, DType::F32);
+  Tensor x = g.input("image", {1, 3, kNormHeight, kNormWidth}, DType::F32);
   Conv2dParams same;
   same.pad_h = same.pad_w = 1;
   x = relu(conv2d(x, weight({8, 3, 3, 3}), weight({8}), same));
@@ -166,7 +168,7 @@ TEST_CASE("kernels: the conv_tiles pass gives 4x4 tiles to the convs every edit 
   Graph g;
   norm_conv_net(g);
   GraphSession s(g);
-  const Shape in{1, 3, kHeight, kWidth};
+  const Shape in{1, 3, kNormHeight, kNormWidth};
   s.write("image", Box::full(in), std::vector<float>(static_cast<size_t>(shape_volume(in)), 0.5f));
   const Explanation e = s.explain("out", Box::full(g.node(g.outputs()[0].second).shape));
   std::vector<std::string> convs;
@@ -187,6 +189,6 @@ TEST_CASE("kernels: the conv_tiles pass gives 4x4 tiles to the convs every edit 
   std::vector<int64_t> computes;
   for (const Explanation::Entry& entry : edit.entries)
     if (entry.op.rfind("conv2d", 0) == 0) computes.push_back(entry.compute.volume());
-  const int64_t whole = 8 * kHeight * kWidth;
-  CHECK(computes == std::vector<int64_t>{8 * 4 * 4, 8 * 6 * 6, whole, whole, 3 * kHeight * kWidth});
+  const int64_t whole = 8 * kNormHeight * kNormWidth;
+  CHECK(computes == std::vector<int64_t>{8 * 4 * 4, 8 * 6 * 6, whole, whole, 3 * kNormHeight * kNormWidth});
 }
