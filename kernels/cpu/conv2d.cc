@@ -29,6 +29,8 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <new>
 #include <utility>
 
 #include "engine/ops.h"
@@ -354,6 +356,9 @@ absl::Status conv2d_f32(const KernelArgs& args) {
   Box flat_box = box;
   flat_box[2] = Interval(0, 1);
   flat_box[3] = Interval(box.begin(2) * g.out_width, box.end(2) * g.out_width);
+  if (kTable().gemm[0] != nullptr && a.groups == 1)
+    return conv::pointwise_gemm(a, std::span<const KernelInput>(inputs.data(), args.inputs.size()), out, flat_box, kTable(),
+                                static_cast<const float*>(args.node.prepared), args.scratch);
   return run_direct<kTable>(DirectCall{a, std::span<const KernelInput>(inputs.data(), args.inputs.size()), out, flat_box},
                             flat_rows(g), args.scratch);
 }
@@ -470,7 +475,52 @@ absl::Status run_direct(const DirectCall& args, const Geometry& g, std::span<std
   return absl::OkStatus();
 }
 
+// The micro table of a direct kernel of this file (nullptr for any other kernel).
+const conv::MicroTable* direct_table(KernelFn kernel) {
+#if defined(__x86_64__)
+  if (kernel == conv2d_f32<conv::avx512_micro_table>) return &conv::avx512_micro_table();
+  if (kernel == conv2d_f32<conv::avx2_micro_table>) return &conv::avx2_micro_table();
+#endif
+  (void)kernel;
+  return nullptr;
+}
+
+// The gemm table of a 1x1 conv whose constant weight the direct kernel's pointwise gemm reads
+// prepared (nullptr otherwise).
+const conv::MicroTable* pointwise_table(const Graph& graph, const Node& node, KernelFn kernel) {
+  const conv::MicroTable* table = direct_table(kernel);
+  const Node& w = graph.node(node.inputs[1]);
+  if (table == nullptr || table->gemm[0] == nullptr || w.kind != OpKind::Constant || w.dtype != DType::F32) return nullptr;
+  const Conv2dAttrs& a = node.attrs_as<Conv2dAttrs>();
+  const Geometry g = geometry_of(a, graph.node(node.inputs[0]).shape, w.shape, node.shape);
+  return flattens(g) && a.groups == 1 ? table : nullptr;
+}
+
+int64_t pointwise_floats(const Graph& graph, const Node& node, const conv::MicroTable& table) {
+  const int64_t channels = graph.node(node.inputs[1]).shape[1], out_channels = node.shape[1];
+  return (out_channels + table.gemm_ocb - 1) / table.gemm_ocb * table.gemm_ocb * channels;
+}
+
 }  // namespace
+
+int64_t conv2d_prepared_bytes(const Graph& graph, const Node& node, KernelFn kernel) {
+  if (const conv::MicroTable* table = pointwise_table(graph, node, kernel))
+    return pointwise_floats(graph, node, *table) * static_cast<int64_t>(sizeof(float));
+  return conv::winograd_prepared_bytes(graph, node, kernel);
+}
+
+std::shared_ptr<const void> conv2d_prepare(const Graph& graph, const Node& node, KernelFn kernel) {
+  const conv::MicroTable* table = pointwise_table(graph, node, kernel);
+  if (table == nullptr) return conv::winograd_prepare(graph, node, kernel);
+  const Node& w = graph.node(node.inputs[1]);
+  const auto* data = static_cast<const float*>(graph.constant_data(w.constant).data);
+  if (data == nullptr) return nullptr;
+  std::shared_ptr<float[]> u(new (std::nothrow) float[static_cast<size_t>(pointwise_floats(graph, node, *table))]);
+  if (u == nullptr) return nullptr;  // the kernel transposes the weights itself
+  const int64_t channels = w.shape[1];
+  conv::pointwise_weights(data, channels, 1, channels, node.shape[1], table->gemm_ocb, u.get());
+  return u;
+}
 
 KernelFn conv2d_kernel(const Graph& graph, const Node& node, Isa isa) {
   if (node.dtype != DType::F32) return nullptr;
@@ -493,7 +543,9 @@ int64_t conv2d_scratch_bytes(const Graph& graph, const Node& node, bool) {
                          scratch_take_bytes<int64_t>(g.ring_slots()) + scratch_take_bytes<int64_t>(3 * g.kernel_h) +
                          scratch_take_bytes<int64_t>(3 * g.kernel_w) +
                          scratch_take_bytes<float>(conv::kMaxBlockChannels * conv::kMaxBlockPixels);
-  return std::max(direct, conv::winograd_scratch_bytes(graph, node));  // whichever path the ISA takes
+  const int64_t pointwise =
+      flattens(g) ? conv::pointwise_scratch_bytes(graph.node(node.inputs[1]).shape[1], node.shape[1]) : 0;
+  return std::max({direct, pointwise, conv::winograd_scratch_bytes(graph, node)});  // whichever path the ISA takes
 }
 
 }  // namespace tessera::cpu

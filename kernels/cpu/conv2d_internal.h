@@ -70,12 +70,24 @@ inline float epilogue_value(float y, const float* r, bool residual_first, bool r
 using FinishFn = void (*)(const float* src, int64_t count, const float* residual, bool residual_first, bool relu,
                           float* dst);
 
+// M[j][t] = sum over c of u[c * u_stride + j] * v[c * v_stride + t] for the gemm's block of
+// output channels j and `vectors` vectors of t (the Winograd kernel's channel sums,
+// conv2d_winograd.inc: acc = 0, one FMA per channel in increasing order), stored at
+// m + j * m_stride + t.
+using GemmFn = void (*)(const float* u, int64_t u_stride, const float* v, int64_t v_stride, int64_t channels,
+                        float* m, int64_t m_stride);
+
 struct MicroTable {
   int lanes = 8;         // floats per vector
   int max_channels = 1;  // largest ocb
   int max_vectors = 1;   // largest wv
   PairsFn pairs = nullptr;  // the instruction set's pair split (stride-2 input rows)
   FinishFn finish = nullptr;  // the instruction set's epilogue rows
+  // The Winograd kernel's gemm (gemm[k - 1]: k vectors, k <= gemm_vectors) over blocks of
+  // gemm_ocb output channels: 1x1 convs over flat rows (pointwise_gemm); unset for portable.
+  GemmFn gemm[3] = {};
+  int gemm_ocb = 0, gemm_vectors = 0;
+  void (*bias)(float* row, int64_t count, float b) = nullptr;  // row[i] += b, in the set's vectors
   // fns[taps][(ocb - 1) * max_vectors + (wv - 1)]
   MicroFn fns[4][kMaxBlockChannels * 4] = {};
   MicroFn at(Taps taps, int ocb, int wv) const {
@@ -114,6 +126,20 @@ struct Epilogue {
   // before moving on, an access the hardware prefetchers do not follow.
   void prefetch(int64_t n, int64_t o_begin, int64_t o_end, int64_t oh, int64_t ow_begin, int64_t ow_end) const;
 };
+
+// A 1x1 conv of stride 1, no padding and one group over flat rows (conv2d.cc's flat_view: one
+// row of all the box's pixels per sample and channel, every view holding it contiguously), as
+// table.gemm over blocks of output channels and of pixels: the direct micro-kernel's operations
+// per element (acc = 0, an FMA per input channel in increasing order, + bias, then the
+// epilogue), so its bits are the direct kernel's. `prepared`: pointwise_weights of all output
+// channels (nullptr: the box's are transposed into scratch, pointwise_scratch_bytes).
+absl::Status pointwise_gemm(const Conv2dAttrs& attrs, std::span<const KernelInput> inputs, const TensorView& out,
+                            const Box& box, const MicroTable& table, const float* prepared, std::span<std::byte> scratch);
+int64_t pointwise_scratch_bytes(int64_t channels, int64_t out_channels);
+// The gemm's weights: u[(b * channels + c) * ocb + j] = w[(b * ocb + j) * o_step + c * c_step]
+// for blocks b of ocb output channels, zero past out_channels.
+void pointwise_weights(const float* w, int64_t o_step, int64_t c_step, int64_t channels, int64_t out_channels,
+                       int64_t ocb, float* u);
 
 // The Winograd F(2x2, 3x3) or F(2x2, 5x5) kernel (conv2d_winograd.cc) for a 3x3 or 5x5 f32 conv
 // of stride 1, dilation 1, one group and at least 8 input and output channels, with AVX2 or

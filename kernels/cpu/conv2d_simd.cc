@@ -3,6 +3,7 @@
 // tap, one FMA per accumulator and tap, taps in the order (c, kh, kw). The block loop is
 // conv2d_block.inc, compiled once per instruction set in its own target region.
 #include "kernels/cpu/conv2d_internal.h"
+#include "kernels/cpu/conv2d_winograd.h"
 #include "kernels/cpu/simd_avx2.h"
 #include "kernels/cpu/simd_f32.h"
 
@@ -44,6 +45,10 @@ const MicroTable& avx2_micro_table() {
   static const MicroTable table = [] {
     MicroTable t = avx2::make_table();
     t.pairs = avx2_pairs();
+    const WinogradOps& ops = avx2_winograd_ops();
+    for (int k = 0; k < 3; ++k) t.gemm[k] = ops.gemm[k];
+    t.gemm_ocb = ops.ocb;
+    t.gemm_vectors = ops.gemm_vectors;
     return t;
   }();
   return table;
@@ -53,6 +58,10 @@ const MicroTable& avx512_micro_table() {
   static const MicroTable table = [] {
     MicroTable t = avx512::make_table();
     t.pairs = avx512_pairs();
+    const WinogradOps& ops = avx512_winograd_ops();
+    for (int k = 0; k < 3; ++k) t.gemm[k] = ops.gemm[k];
+    t.gemm_ocb = ops.ocb;
+    t.gemm_vectors = ops.gemm_vectors;
     return t;
   }();
   return table;

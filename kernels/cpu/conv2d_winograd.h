@@ -29,9 +29,7 @@ struct WinogradOps {
   // [0]: F(2, 3), [1]: F(2, 5), [2]: F(4, 3).
   void (*input_transform[3])(const float* const* rows, int64_t phase_len, int64_t vectors, const uint32_t* keep,
                              float* v, int64_t xi_stride) = {};
-  // gemm[k - 1]: k vectors of tiles (gemm[2] takes gemm_vectors).
-  using GemmFn = void (*)(const float* u, int64_t u_stride, const float* v, int64_t v_stride,
-                          int64_t channels, float* m, int64_t m_stride);
+  // gemm[k - 1]: k vectors of tiles (gemm[2] takes gemm_vectors; GemmFn in conv2d_internal.h).
   GemmFn gemm[3] = {};
   // Y = A^T M A + bias, then relu when `relu` (the epilogue without a residual).
   void (*output_transform[3])(const float* m, int64_t xi_stride, int64_t vectors, const float* bias, bool relu,

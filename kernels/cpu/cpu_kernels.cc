@@ -169,7 +169,7 @@ std::shared_ptr<const void> prepare_node_data(const Graph& graph, const Node& no
     case OpKind::Linear:
       return linear_prepare_data(graph, node, kernel);
     case OpKind::Conv2d:
-      return conv::winograd_prepare(graph, node, kernel);
+      return conv2d_prepare(graph, node, kernel);
     default:
       return nullptr;
   }
@@ -180,7 +180,7 @@ int64_t prepared_bytes(const Graph& graph, const Node& node, KernelFn kernel) {
     case OpKind::Linear:
       return linear_prepared_bytes(graph, node, kernel);
     case OpKind::Conv2d:
-      return conv::winograd_prepared_bytes(graph, node, kernel);
+      return conv2d_prepared_bytes(graph, node, kernel);
     default:
       return 0;
   }

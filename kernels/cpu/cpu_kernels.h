@@ -96,6 +96,10 @@ int64_t rms_norm_scratch_bytes(const Graph& graph, const Node& node, bool dense_
 int64_t rope_scratch_bytes(const Graph& graph, const Node& node, bool dense_views);       // norm_rope.cc
 int64_t rope_multi_scratch_bytes(const Graph& graph, const Node& node, bool dense_views);  // movement.cc
 int64_t conv2d_scratch_bytes(const Graph& graph, const Node& node, bool dense_views);     // conv2d.cc
+// conv2d's weights prepared once from a constant (the Winograd kernels' transformed weights, the
+// 1x1 gemm's transposed blocks; conv2d.cc), and their size.
+int64_t conv2d_prepared_bytes(const Graph& graph, const Node& node, KernelFn kernel);
+std::shared_ptr<const void> conv2d_prepare(const Graph& graph, const Node& node, KernelFn kernel);
 
 // Element i of an array of a float dtype (f32, f16, bf16) as a float; half types widen exactly.
 inline float float_at(DType dtype, const void* base, int64_t i) {

@@ -53,6 +53,7 @@ std::vector<ConvCase> conv_cases() {
       {5, 9, 40, 110, 3, 3, params(1, 1)},        // enough pixels to repack the weights
       {6, 9, 70, 64, 1, 1, params(1, 0)},         // 1x1, repacked weights, rows read in place
       {6, 9, 7, 75, 1, 1, params(1, 0)},          // 1x1 read in place but for the last columns
+      {64, 9, 40, 40, 1, 1, params(1, 0)},        // 1x1 gemm: its pixels packed in two parts
       {5, 7, 9, 150, 5, 5, params(1, 2)},         // 5x5, wide
       {4, 5, 10, 140, 3, 3, params(1, 2, 2)},     // dilated, wide
       {4, 5, 9, 120, 3, 3, params(1, 0)},         // no padding, wide
@@ -403,6 +404,49 @@ TEST_CASE(
         kernel_testing::check_sub_boxes(f, isa, rng, 6);
         kernel_testing::check_partial_views(f, f.optimised(isa), rng, 3);
       }
+    }
+  }
+}
+
+TEST_CASE("kernels: 1x1 conv2d's gemm with prepared weights gives the direct kernel's bits") {
+  std::mt19937_64 rng(97);
+  OpFixture f;
+  build(f, {20, 19, 6, 13, 1, 1, params(1, 0)}, 2, rng);
+  Graph& g = f.graph;
+  const Shape w_shape = g.node(g.node(f.out.id).inputs[1]).shape;
+  std::vector<float> weights(static_cast<size_t>(shape_volume(w_shape)));
+  std::memcpy(weights.data(), f.views[1].data, weights.size() * sizeof(float));
+  Tensor x = Tensor{&g, g.node(f.out.id).inputs[0]}, b = Tensor{&g, g.node(f.out.id).inputs[2]};
+  Tensor with_constant = conv2d(x, g.constant(w_shape, weights), b, params(1, 0));
+  const Node& node = g.node(with_constant.id);
+  const std::vector<TensorView> views = {f.views[0], dense_view(weights.data(), DType::F32, Box::full(w_shape)),
+                                         f.views[2]};
+  // Whole rows (the gemm), from output channel 0, from 3 (not a block start: transposed again)
+  // and from 8 (a block start with AVX-512), and a box of partial rows (the direct kernel).
+  const Box boxes[] = {Box::full(node.shape), Box{{0, 2}, {3, 19}, {1, 5}, {0, 13}}, Box{{0, 1}, {8, 19}, {0, 6}, {0, 13}},
+                       Box{{1, 2}, {0, 19}, {2, 4}, {1, 12}}};
+  for (cpu::Isa isa : kernel_testing::test_isas()) {
+    const KernelFn kernel = cpu::optimised_kernel_for(g, node, isa);
+    const std::string isa_label = cpu::isa_name(isa);
+    CAPTURE(isa_label);
+    const int64_t bytes = cpu::conv2d_prepared_bytes(g, node, kernel);
+    const std::shared_ptr<const void> prepared = cpu::conv2d_prepare(g, node, kernel);
+    CHECK((bytes > 0) == (isa != cpu::Isa::Portable));  // the gemm needs AVX2 or AVX-512
+    CHECK((prepared != nullptr) == (bytes > 0));
+    const Box full = Box::full(node.shape);
+    std::vector<float> want(static_cast<size_t>(full.volume()));
+    REQUIRE(kernel(KernelCall{g, node, views, dense_view(want.data(), DType::F32, full), full}).ok());
+    const TensorView want_view = dense_view(want.data(), DType::F32, full);
+    for (const Box& box : boxes) {
+      CAPTURE(box.to_string());
+      std::vector<float> got(static_cast<size_t>(box.volume()));
+      const TensorView got_view = dense_view(got.data(), DType::F32, box);
+      KernelCall call{g, node, views, got_view, box};
+      REQUIRE(kernel(prepared != nullptr ? call.with_prepared(prepared.get()) : call).ok());
+      ref::for_each_index(box, [&](const int64_t* i) {
+        const float a = *got_view.at<float>(i), e = *want_view.at<float>(i);
+        CHECK(std::memcmp(&a, &e, sizeof(float)) == 0);
+      });
     }
   }
 }
