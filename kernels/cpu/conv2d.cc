@@ -346,7 +346,12 @@ absl::Status conv2d_f32(const KernelArgs& args) {
   const bool flat = flattens(g) && box.extent(2) > 1 && box.begin(3) == 0 && box.end(3) == g.out_width &&
               whole_rows(args.inputs[0], g.width) && whole_rows(args.out, g.out_width) &&
               (residual < 0 || whole_rows(args.inputs[static_cast<size_t>(residual)], g.out_width));
-  if (!flat) return run_direct<kTable>(DirectCall{a, args.inputs, args.out, box}, g, args.scratch);
+  const auto* prepared = static_cast<const float*>(args.node.prepared);
+  if (!flat) {
+    if (kTable().gemm[0] != nullptr && flattens(g) && a.groups == 1)  // a 1x1 conv over partial rows
+      return conv::pointwise_gemm(a, args.inputs, args.out, box, kTable(), prepared, args.scratch);
+    return run_direct<kTable>(DirectCall{a, args.inputs, args.out, box}, g, args.scratch);
+  }
   std::array<KernelInput, 4> inputs;
   if (args.inputs.size() > inputs.size()) return absl::InternalError("[conv2d] too many inputs");
   for (size_t i = 0; i < args.inputs.size(); ++i) inputs[i] = args.inputs[i];
@@ -358,7 +363,7 @@ absl::Status conv2d_f32(const KernelArgs& args) {
   flat_box[3] = Interval(box.begin(2) * g.out_width, box.end(2) * g.out_width);
   if (kTable().gemm[0] != nullptr && a.groups == 1)
     return conv::pointwise_gemm(a, std::span<const KernelInput>(inputs.data(), args.inputs.size()), out, flat_box, kTable(),
-                                static_cast<const float*>(args.node.prepared), args.scratch);
+                                prepared, args.scratch);
   return run_direct<kTable>(DirectCall{a, std::span<const KernelInput>(inputs.data(), args.inputs.size()), out, flat_box},
                             flat_rows(g), args.scratch);
 }

@@ -127,9 +127,9 @@ struct Epilogue {
   void prefetch(int64_t n, int64_t o_begin, int64_t o_end, int64_t oh, int64_t ow_begin, int64_t ow_end) const;
 };
 
-// A 1x1 conv of stride 1, no padding and one group over flat rows (conv2d.cc's flat_view: one
-// row of all the box's pixels per sample and channel, every view holding it contiguously), as
-// table.gemm over blocks of output channels and of pixels: the direct micro-kernel's operations
+// A 1x1 conv of stride 1, no padding and one group over `box` (flat rows, conv2d.cc's
+// flat_view: one row of all the box's pixels per sample and channel; or any box, whose pixels
+// are packed row after row), as table.gemm over blocks of output channels and of pixels: the direct micro-kernel's operations
 // per element (acc = 0, an FMA per input channel in increasing order, + bias, then the
 // epilogue), so its bits are the direct kernel's. `prepared`: pointwise_weights of all output
 // channels (nullptr: the box's are transposed into scratch, pointwise_scratch_bytes).

@@ -1,7 +1,8 @@
-// 1x1 convs over flat rows as a gemm (contract in conv2d_internal.h). The direct kernel packs
-// each chunk's rows and walks its register blocks per chunk, ~70 GFLOP/s on 64 -> 256 channels;
-// the Winograd kernel's gemm reads the input rows in place, 48 pixels (AVX-512) by 8 output
-// channels per call.
+// 1x1 convs as a gemm (contract in conv2d_internal.h): the box's pixels packed (an L2-sized part
+// at a time, partial rows one after another), then the Winograd kernel's gemm, 48 pixels
+// (AVX-512) by 8 output channels per call, and the bias and epilogue per output row. TAEF2's
+// 64 <-> 256 1x1 steps ran 139-152 us with the direct kernel, 111-131 here; a box of partial rows
+// (an edit's 16x19 of a 16x20 map) 212 against ~175 us.
 #include <algorithm>
 #include <cstring>
 
@@ -55,26 +56,45 @@ absl::Status pointwise_gemm(const Conv2dAttrs& attrs, std::span<const KernelInpu
     const int64_t at[4] = {o_begin, 0, 0, 0};
     pointwise_weights(w.at<const float>(at), w.strides[0], w.strides[1], channels, o_end - o_begin, ocb, u_own);
   }
-  const int64_t p_begin = box.begin(3), p_end = box.end(3);
+  // The box's pixels in row-major order, q = (h - h0) * cols + (w - w0): a flat row (one row of
+  // every pixel) or a box of partial rows, whose pixels are packed one row after another.
+  const int64_t h0 = box.begin(2), w0 = box.begin(3), cols = box.extent(3), pixels = box.extent(2) * cols;
+  // Calls fn(h, w, at, len) for the image-row segments of pixels [q, q + count), at: offset from q.
+  auto for_segments = [&](int64_t q, int64_t count, auto&& fn) {
+    for (int64_t at = 0; at < count;) {
+      const int64_t h = h0 + (q + at) / cols, w = w0 + (q + at) % cols, len = std::min(count - at, cols - (w - w0));
+      fn(h, w, at, len);
+      at += len;
+    }
+  };
   // Pixels packed at a time: whole gemm spans filling up to kPackFloats (L2-resident), so that
   // the packing reads each input plane in runs the prefetchers follow.
   const int64_t pack = std::max<int64_t>(span, kPackFloats / channels / span * span);
   for (int64_t n = box.begin(0); n < box.end(0); ++n)
-    for (int64_t p0 = p_begin; p0 < p_end; p0 += pack) {
-      const int64_t packed = std::min(pack, p_end - p0), padded = (packed + lanes - 1) / lanes * lanes;
-      const int64_t x_at[4] = {n, 0, 0, p0};
-      const float* src = x.at<const float>(x_at);
+    for (int64_t q0 = 0; q0 < pixels; q0 += pack) {
+      const int64_t packed = std::min(pack, pixels - q0), padded = (packed + lanes - 1) / lanes * lanes;
       for (int64_t c = 0; c < channels; ++c) {  // zero-padded to whole vectors
-        std::memcpy(x_pack + c * pack, src + c * x.strides[1], sizeof(float) * static_cast<size_t>(packed));
-        std::fill(x_pack + c * pack + packed, x_pack + c * pack + padded, 0.0f);
+        float* dst = x_pack + c * pack;
+        for_segments(q0, packed, [&](int64_t h, int64_t w, int64_t at, int64_t len) {
+          const int64_t x_at[4] = {n, c, h, w};
+          const float* src = x.at<const float>(x_at);
+          if (x.strides[3] == 1) {
+            std::memcpy(dst + at, src, sizeof(float) * static_cast<size_t>(len));
+          } else {
+            for (int64_t k = 0; k < len; ++k) dst[at + k] = src[k * x.strides[3]];
+          }
+        });
+        std::fill(dst + packed, dst + padded, 0.0f);
       }
       for (int64_t b = 0; b < blocks; ++b) {
         const int64_t o0 = o_begin + b * ocb, rows = std::min(ocb, o_end - o0);
         for (int64_t q = 0; q < packed; q += span) {
-          const int64_t p = p0 + q, count = std::min(span, packed - q), vectors = (count + lanes - 1) / lanes;
-          const int64_t out_at[4] = {n, o0, 0, p};
-          // A whole block of whole vectors is written in place; otherwise through m_part.
-          const bool in_place = rows == ocb && count == vectors * lanes && out.strides[3] == 1;
+          const int64_t count = std::min(span, packed - q), vectors = (count + lanes - 1) / lanes;
+          // A whole block of whole vectors of one output row is written in place; otherwise
+          // through m_part.
+          const int64_t h = h0 + (q0 + q) / cols, w = w0 + (q0 + q) % cols;
+          const bool in_place = rows == ocb && count == vectors * lanes && out.strides[3] == 1 && w - w0 + count <= cols;
+          const int64_t out_at[4] = {n, o0, h, w};
           float* m = in_place ? out.at<float>(out_at) : m_part;
           const int64_t m_stride = in_place ? out.strides[1] : span;
           table.gemm[vectors - 1](u + b * channels * ocb, ocb, x_pack + q, pack, channels, m, m_stride);
@@ -82,15 +102,18 @@ absl::Status pointwise_gemm(const Conv2dAttrs& attrs, std::span<const KernelInpu
             const int64_t o = o0 + j;
             float* row = m + j * m_stride;
             if (bias != nullptr) table.bias(row, count, *bias->at<const float>(&o));  // the micro-kernel's add(acc, bias)
-            const int64_t dst_at[4] = {n, o, 0, p};
-            float* dst = out.at<float>(dst_at);
-            if (epilogue.residual != nullptr) {
-              epilogue.finish(row, count, dst, out.strides[3], n, o, 0, p);
-            } else if (out.strides[3] == 1) {
-              table.finish(row, count, nullptr, false, attrs.relu, dst);
-            } else {
-              for (int64_t i = 0; i < count; ++i) dst[i * out.strides[3]] = epilogue_value(row[i], nullptr, false, attrs.relu);
-            }
+            for_segments(q0 + q, count, [&](int64_t sh, int64_t sw, int64_t at, int64_t len) {
+              const int64_t dst_at[4] = {n, o, sh, sw};
+              float* dst = out.at<float>(dst_at);
+              if (epilogue.residual != nullptr) {
+                epilogue.finish(row + at, len, dst, out.strides[3], n, o, sh, sw);
+              } else if (out.strides[3] == 1) {
+                table.finish(row + at, len, nullptr, false, attrs.relu, dst);
+              } else {
+                for (int64_t k = 0; k < len; ++k)
+                  dst[k * out.strides[3]] = epilogue_value(row[at + k], nullptr, false, attrs.relu);
+              }
+            });
           }
         }
       }

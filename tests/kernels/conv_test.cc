@@ -408,7 +408,7 @@ TEST_CASE(
   }
 }
 
-TEST_CASE("kernels: 1x1 conv2d's gemm with prepared weights gives the direct kernel's bits") {
+TEST_CASE("kernels: 1x1 conv2d's gemm gives the same bits on flat rows, partial rows and prepared weights") {
   std::mt19937_64 rng(97);
   OpFixture f;
   build(f, {20, 19, 6, 13, 1, 1, params(1, 0)}, 2, rng);
@@ -422,7 +422,7 @@ TEST_CASE("kernels: 1x1 conv2d's gemm with prepared weights gives the direct ker
   const std::vector<TensorView> views = {f.views[0], dense_view(weights.data(), DType::F32, Box::full(w_shape)),
                                          f.views[2]};
   // Whole rows (the gemm), from output channel 0, from 3 (not a block start: transposed again)
-  // and from 8 (a block start with AVX-512), and a box of partial rows (the direct kernel).
+  // and from 8 (a block start with AVX-512), and a box of partial rows (packed row after row).
   const Box boxes[] = {Box::full(node.shape), Box{{0, 2}, {3, 19}, {1, 5}, {0, 13}}, Box{{0, 1}, {8, 19}, {0, 6}, {0, 13}},
                        Box{{1, 2}, {0, 19}, {2, 4}, {1, 12}}};
   for (cpu::Isa isa : kernel_testing::test_isas()) {
