@@ -32,12 +32,7 @@ Conv2dParams params_pad(int64_t pad) {
 // of conv nets, on odd channel counts. Input "image" [1, 3, H, W]; output "out".
 void norm_pool_net(Graph& g) {
   std::mt19937_64 rng(23);
-  auto weight = [&](const Shape& shape) {
-    std::normal_distribution<float> normal(0.0f, 0.3f);
-    std::vector<float> values(static_cast<size_t>(shape_volume(shape)));
-    for (float& v : values) v = normal(rng);
-    return g.constant(shape, values);
-  };
+  auto weight = [&](const Shape& shape) { return testing::random_constant(g, rng, shape, 0.3f); };
   Tensor x = g.input("image", {1, 3, kHeight, kWidth}, DType::F32);
   Conv2dParams same;
   same.pad_h = same.pad_w = 1;
@@ -61,12 +56,7 @@ void norm_pool_net(Graph& g) {
 constexpr int64_t kNormHeight = 32, kNormWidth = 40;
 void norm_conv_net(Graph& g) {
   std::mt19937_64 rng(29);
-  auto weight = [&](const Shape& shape) {
-    std::normal_distribution<float> normal(0.0f, 0.3f);
-    std::vector<float> values(static_cast<size_t>(shape_volume(shape)));
-    for (float& v : values) v = normal(rng);
-    return g.constant(shape, values);
-  };
+  auto weight = [&](const Shape& shape) { return testing::random_constant(g, rng, shape, 0.3f); };
   Tensor x = g.input("image", {1, 3, kNormHeight, kNormWidth}, DType::F32);
   Conv2dParams same;
   same.pad_h = same.pad_w = 1;

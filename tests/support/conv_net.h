@@ -11,14 +11,17 @@
 
 namespace tessera::testing {
 
+// A constant of `shape` with normal values of standard deviation `sigma` drawn from `rng`.
+inline Tensor random_constant(Graph& g, std::mt19937_64& rng, const Shape& shape, float sigma) {
+  std::normal_distribution<float> normal(0.0f, sigma);
+  std::vector<float> values(static_cast<size_t>(shape_volume(shape)));
+  for (float& v : values) v = normal(rng);
+  return g.constant(shape, values);
+}
+
 inline Tensor conv_net(Graph& g, int64_t height, int64_t width, uint64_t seed = 11, int64_t tile = 1) {
   std::mt19937_64 rng(seed);
-  auto weight = [&](const Shape& shape) {
-    std::normal_distribution<float> normal(0.0f, 0.2f);
-    std::vector<float> values(static_cast<size_t>(shape_volume(shape)));
-    for (float& v : values) v = normal(rng);
-    return g.constant(shape, values);
-  };
+  auto weight = [&](const Shape& shape) { return random_constant(g, rng, shape, 0.2f); };
   Tensor x = g.input("image", {1, 3, height, width}, DType::F32);
   Conv2dParams same;
   same.pad_h = same.pad_w = 1;
