@@ -67,6 +67,15 @@ void feed_field(Feed& feed, const T& value) {
 
 }  // namespace
 
+std::vector<uint8_t> Graph::reaches_outputs() const {
+  std::vector<uint8_t> reaches(nodes_.size(), 0);
+  for (const auto& [name, id] : outputs_) reaches[static_cast<size_t>(id)] = 1;
+  for (NodeId id = size() - 1; id >= 0; --id)
+    if (reaches[static_cast<size_t>(id)])
+      for (NodeId in : node(id).inputs) reaches[static_cast<size_t>(in)] = 1;
+  return reaches;
+}
+
 uint64_t node_hash(const Node& node, uint64_t constant_content_hash) {
   XXH3_state_t* state = XXH3_createState();
   XXH3_64bits_reset(state);

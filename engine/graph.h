@@ -111,6 +111,8 @@ class Graph {
   const std::vector<std::pair<std::string, NodeId>>& outputs() const { return outputs_; }
   // 64-bit structural hash of the whole graph (xxHash).
   uint64_t structure_hash() const;
+  // Per node: 1 when an output is the node or reads it (directly or through other nodes).
+  std::vector<uint8_t> reaches_outputs() const;
   // A token that lives exactly as long as this graph. A GraphSession keeps a weak_ptr to it and
   // refuses to run (Error) once the graph it was created on is destroyed.
   std::weak_ptr<const void> liveness() const { return liveness_; }

@@ -70,6 +70,8 @@ TESSERA_OPS(TESSERA_OP_DEF_DECL)
 // spreads over whole tiles, a box needs its tiles' windows), so that any box computes the full
 // output's bits.
 int64_t conv2d_output_tile(const Graph& graph, const Node& node);
+// Whether `node` is a conv the 4x4 kernel takes (the conditions above but the tile attribute).
+bool conv2d_tiles_allowed(const Graph& graph, const Node& node);
 
 // The op's display name: its attributes' to_string() ("unary.exp", "input.ids",
 // "conv2d{stride=2x2,pad=1x1,groups=1}", "matmul").

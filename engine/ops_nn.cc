@@ -234,15 +234,18 @@ Tensor conv2d_decompose(std::span<const Tensor> inputs, const Node& node) {
 
 }  // namespace
 
-int64_t conv2d_output_tile(const Graph& g, const Node& node) {
-  if (node.kind != OpKind::Conv2d || node.dtype != DType::F32) return 1;
+bool conv2d_tiles_allowed(const Graph& g, const Node& node) {
+  if (node.kind != OpKind::Conv2d || node.dtype != DType::F32) return false;
   for (NodeId in : node.inputs)
-    if (g.node(in).dtype != DType::F32) return 1;
+    if (g.node(in).dtype != DType::F32) return false;
   const Conv2dAttrs& a = node.attrs_as<Conv2dAttrs>();
   const Shape& w = input_node(g, node, 1).shape;
-  const bool tiled = a.tile == 4 && a.stride_h == 1 && a.stride_w == 1 && a.dilation_h == 1 &&
-                     a.dilation_w == 1 && a.groups == 1 && w[2] == 3 && w[3] == 3 && w[0] >= 8 && w[1] >= 8;
-  return tiled ? 4 : 1;
+  return a.stride_h == 1 && a.stride_w == 1 && a.dilation_h == 1 && a.dilation_w == 1 && a.groups == 1 &&
+         w[2] == 3 && w[3] == 3 && w[0] >= 8 && w[1] >= 8;
+}
+
+int64_t conv2d_output_tile(const Graph& g, const Node& node) {
+  return conv2d_tiles_allowed(g, node) && node.attrs_as<Conv2dAttrs>().tile == 4 ? 4 : 1;
 }
 
 std::string Conv2dAttrs::to_string() const {

@@ -144,11 +144,7 @@ void GraphSession::run_passes() {
   verify_graph(user_);
   if (dump) std::fprintf(stderr, "[passes] verify: %d nodes ok\n", user_.size());
 
-  user_reaches_output_.assign(static_cast<size_t>(node_count_), 0);
-  for (const auto& [name, id] : user_.outputs()) user_reaches_output_[static_cast<size_t>(id)] = 1;
-  for (NodeId id = node_count_ - 1; id >= 0; --id)
-    if (user_reaches_output_[static_cast<size_t>(id)])
-      for (NodeId in : user_.node(id).inputs) user_reaches_output_[static_cast<size_t>(in)] = 1;
+  user_reaches_output_ = user_.reaches_outputs();
 
   FuseReport report;
   to_exec_.resize(static_cast<size_t>(node_count_));
@@ -221,11 +217,7 @@ void GraphSession::run_passes() {
   graph_ = exec_.get();
   graph_hash_ = exec_->structure_hash();
   reset_state();
-  live_.assign(static_cast<size_t>(exec_->size()), 0);
-  for (const auto& [name, id] : exec_->outputs()) live_[static_cast<size_t>(id)] = 1;
-  for (NodeId id = exec_->size() - 1; id >= 0; --id)
-    if (live_[static_cast<size_t>(id)])
-      for (NodeId in : exec_->node(id).inputs) live_[static_cast<size_t>(in)] = 1;
+  live_ = exec_->reaches_outputs();
   for (NodeId id : options_.keep_always) keep_[static_cast<size_t>(exec_id(id))] = Keep::Always;
   to_user_.assign(static_cast<size_t>(exec_->size()), -1);
   for (NodeId id = 0; id < node_count_; ++id) {

@@ -14,16 +14,11 @@ namespace {
 // larger); from 32x40 (80 tiles) 4x4 tiles run 1.4x faster (conv_bench --tile).
 constexpr int64_t kMinTiledOutputs = 1024;
 
-// Whether conv2d_output_tile would give `node` 4x4 tiles if its tile were 4, and its map is large
-// enough for them to pay.
+// Whether `node` is a conv of tile 1 that 4x4 tiles would serve: one the 4x4 kernel takes, on a
+// map large enough for them to pay.
 bool takes_tiles(const Graph& graph, const Node& node) {
-  if (node.kind != OpKind::Conv2d || node.attrs_as<Conv2dAttrs>().tile == 4) return false;
-  if (node.shape[2] * node.shape[3] < kMinTiledOutputs) return false;
-  Node tiled = node;
-  Conv2dAttrs attrs = node.attrs_as<Conv2dAttrs>();
-  attrs.tile = 4;
-  tiled.attrs = attrs;
-  return conv2d_output_tile(graph, tiled) == 4;
+  return conv2d_tiles_allowed(graph, node) && node.attrs_as<Conv2dAttrs>().tile == 1 &&
+         node.shape[2] * node.shape[3] >= kMinTiledOutputs;
 }
 
 // Whether `dirt` is empty or covers every row and column of the spatial axes (2, 3) of its
@@ -40,11 +35,7 @@ bool whole_or_clean(const Region& dirt, const Shape& shape) {
 std::optional<Rewritten> choose_conv_tiles(const Graph& graph, int64_t& changed) {
   changed = 0;
   // Only convs something reads (the fusion passes leave the nodes they replaced unread).
-  std::vector<uint8_t> read(static_cast<size_t>(graph.size()), 0);
-  for (const auto& [name, id] : graph.outputs()) read[static_cast<size_t>(id)] = 1;
-  for (NodeId id = graph.size() - 1; id >= 0; --id)
-    if (read[static_cast<size_t>(id)])
-      for (NodeId in : graph.node(id).inputs) read[static_cast<size_t>(in)] = 1;
+  const std::vector<uint8_t> read = graph.reaches_outputs();
   std::vector<uint8_t> tile(static_cast<size_t>(graph.size()), 0);
   for (NodeId id = 0; id < graph.size(); ++id)
     tile[static_cast<size_t>(id)] = read[static_cast<size_t>(id)] && takes_tiles(graph, graph.node(id));

@@ -336,6 +336,11 @@ View flat_view(View view, int64_t width) {
 template <const MicroTable& (*kTable)()>
 absl::Status run_direct(const DirectCall& args, const Geometry& g, std::span<std::byte> scratch);
 
+// Whether a conv runs as the 1x1 gemm (conv::pointwise_gemm): one group, a table with the gemm.
+bool takes_pointwise(const Conv2dAttrs& a, const Geometry& g, const conv::MicroTable& table) {
+  return flattens(g) && a.groups == 1 && table.gemm[0] != nullptr;
+}
+
 template <const MicroTable& (*kTable)()>
 absl::Status conv2d_f32(const KernelArgs& args) {
   const Box& box = args.box;
@@ -346,9 +351,10 @@ absl::Status conv2d_f32(const KernelArgs& args) {
   const bool flat = flattens(g) && box.extent(2) > 1 && box.begin(3) == 0 && box.end(3) == g.out_width &&
               whole_rows(args.inputs[0], g.width) && whole_rows(args.out, g.out_width) &&
               (residual < 0 || whole_rows(args.inputs[static_cast<size_t>(residual)], g.out_width));
+  const bool pointwise = takes_pointwise(a, g, kTable());
   const auto* prepared = static_cast<const float*>(args.node.prepared);
   if (!flat) {
-    if (kTable().gemm[0] != nullptr && flattens(g) && a.groups == 1)  // a 1x1 conv over partial rows
+    if (pointwise)  // a 1x1 conv over partial rows
       return conv::pointwise_gemm(a, args.inputs, args.out, box, kTable(), prepared, args.scratch);
     return run_direct<kTable>(DirectCall{a, args.inputs, args.out, box}, g, args.scratch);
   }
@@ -361,7 +367,7 @@ absl::Status conv2d_f32(const KernelArgs& args) {
   Box flat_box = box;
   flat_box[2] = Interval(0, 1);
   flat_box[3] = Interval(box.begin(2) * g.out_width, box.end(2) * g.out_width);
-  if (kTable().gemm[0] != nullptr && a.groups == 1)
+  if (pointwise)
     return conv::pointwise_gemm(a, std::span<const KernelInput>(inputs.data(), args.inputs.size()), out, flat_box, kTable(),
                                 prepared, args.scratch);
   return run_direct<kTable>(DirectCall{a, std::span<const KernelInput>(inputs.data(), args.inputs.size()), out, flat_box},
@@ -495,10 +501,10 @@ const conv::MicroTable* direct_table(KernelFn kernel) {
 const conv::MicroTable* pointwise_table(const Graph& graph, const Node& node, KernelFn kernel) {
   const conv::MicroTable* table = direct_table(kernel);
   const Node& w = graph.node(node.inputs[1]);
-  if (table == nullptr || table->gemm[0] == nullptr || w.kind != OpKind::Constant || w.dtype != DType::F32) return nullptr;
+  if (table == nullptr || w.kind != OpKind::Constant || w.dtype != DType::F32) return nullptr;
   const Conv2dAttrs& a = node.attrs_as<Conv2dAttrs>();
-  const Geometry g = geometry_of(a, graph.node(node.inputs[0]).shape, w.shape, node.shape);
-  return flattens(g) && a.groups == 1 ? table : nullptr;
+  return takes_pointwise(a, geometry_of(a, graph.node(node.inputs[0]).shape, w.shape, node.shape), *table) ? table
+                                                                                                           : nullptr;
 }
 
 int64_t pointwise_floats(const Graph& graph, const Node& node, const conv::MicroTable& table) {

@@ -14,11 +14,13 @@ namespace tessera::cpu::conv {
 namespace {
 constexpr int64_t kMaxOcb = 8, kMaxSpan = 48;  // the largest gemm block and span (AVX-512)
 constexpr int64_t kPackFloats = 64 * 1024;      // packed input pixels x channels (256 KiB)
+// Floats of the packed input: `pack` pixels (below) of every channel, at most one span past
+// kPackFloats.
+int64_t pack_floats(int64_t channels) { return kPackFloats + channels * kMaxSpan; }
 }  // namespace
 
 int64_t pointwise_scratch_bytes(int64_t channels, int64_t out_channels) {
-  return scratch_take_bytes<float>(channels * (out_channels + kMaxOcb)) +
-         scratch_take_bytes<float>(std::max(kPackFloats + channels * kMaxSpan, channels * kMaxSpan)) +
+  return scratch_take_bytes<float>(channels * (out_channels + kMaxOcb)) + scratch_take_bytes<float>(pack_floats(channels)) +
          scratch_take_bytes<float>(kMaxOcb * kMaxSpan);
 }
 
@@ -45,7 +47,7 @@ absl::Status pointwise_gemm(const Conv2dAttrs& attrs, std::span<const KernelInpu
   ScratchCarver carver(scratch);
   float* u_own = carver.take<float>(blocks * channels * ocb);
   const float* u = u_own;
-  float* x_pack = carver.take<float>(std::max(kPackFloats + channels * kMaxSpan, channels * kMaxSpan));
+  float* x_pack = carver.take<float>(pack_floats(channels));
   float* m_part = carver.take<float>(ocb * span);
   if (u_own == nullptr || x_pack == nullptr || m_part == nullptr) return absl::InternalError("[conv2d] kernel scratch too small");
   // u[(b * channels + c) * ocb + j] = w[o_begin + b * ocb + j][c], zero past o_end: the prepared
