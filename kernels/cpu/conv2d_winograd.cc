@@ -176,6 +176,17 @@ void pack_rows(const WinogradOps& ops, const Geometry& g, const KernelInput& x, 
   const int64_t span = tile * footprint(g.m, g.r, tiles);  // span columns [0, span): entries [0, footprint)
   rows += offset;
   const int64_t ih0 = tile * ty - g.pad_h;  // the segment's first input row
+  if (tile == 2 && step == 1 && span <= 4 * ops.lanes) {
+    const int64_t r_lo = std::clamp<int64_t>(row_lo - ih0, 0, g.n()),
+                  r_hi = k_lo < k_hi ? std::clamp<int64_t>(row_hi - ih0, r_lo, g.n()) : r_lo;
+    const float* src = nullptr;
+    if (r_lo < r_hi) {
+      const int64_t at[4] = {n, 0, ih0 + r_lo, first + k_lo};
+      src = x.at<const float>(at);
+    }
+    ops.pack_narrow(src, x.strides[1], x.strides[2], g.channels, g.n(), r_lo, r_hi, k_lo, k_hi, span, rows, kPhaseLen);
+    return;
+  }
   if (tile == 2 && k_lo == 0 && k_hi == span && step == 1 && ih0 >= row_lo && ih0 + g.n() <= row_hi) {
     const int64_t at[4] = {n, 0, ih0, first};
     ops.pack_pairs(x.at<const float>(at), x.strides[1], x.strides[2], g.channels, g.n(), span / 2, rows, kPhaseLen);

@@ -26,6 +26,10 @@ struct WinogradOps {
   // A segment's rows of every channel when they lie inside the image and the view (pack_rows).
   void (*pack_pairs)(const float* src, int64_t src_channel, int64_t src_row, int64_t channels, int64_t rows,
                      int64_t pairs, float* dst, int64_t phase_len) = nullptr;
+  // A segment of 2x2 tiles whose span is at most 4 vectors, anywhere (pack_rows).
+  void (*pack_narrow)(const float* src, int64_t src_channel, int64_t src_row, int64_t channels, int64_t rows,
+                      int64_t r_lo, int64_t r_hi, int64_t k_lo, int64_t k_hi, int64_t span, float* dst,
+                      int64_t phase_len) = nullptr;
   // [0]: F(2, 3), [1]: F(2, 5), [2]: F(4, 3).
   void (*input_transform[3])(const float* const* rows, int64_t phase_len, int64_t vectors, const uint32_t* keep,
                              float* v, int64_t xi_stride) = {};

@@ -60,6 +60,17 @@ inline void split_tail(const float* src, int64_t pairs, float* even, float* odd)
   }
 }
 
+// Lanes [lo, hi) (clamped to the vector) of a vector at p, zeros elsewhere; the other lanes'
+// memory is not read.
+using LaneMask = __m256i;
+inline LaneMask lane_range(int64_t lo, int64_t hi) {
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const auto clamp = [](int64_t x) { return static_cast<int>(std::clamp<int64_t>(x, -1, 8)); };
+  return _mm256_and_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(clamp(hi)), lane),
+                          _mm256_cmpgt_epi32(lane, _mm256_set1_epi32(clamp(lo) - 1)));
+}
+inline Vec load_lanes(const float* p, LaneMask m) { return _mm256_maskload_ps(p, m); }
+
 #include "kernels/cpu/conv2d_winograd.inc"
 
 }  // namespace
@@ -107,6 +118,13 @@ inline void split_tail(const float* src, int64_t pairs, float* even, float* odd)
   _mm512_mask_storeu_ps(even, kept, _mm512_permutex2var_ps(a, e, b));
   _mm512_mask_storeu_ps(odd, kept, _mm512_permutex2var_ps(a, o, b));
 }
+
+using LaneMask = __mmask16;
+inline LaneMask lane_range(int64_t lo, int64_t hi) {
+  const auto below = [](int64_t x) { return (1u << std::clamp<int64_t>(x, 0, 16)) - 1; };
+  return static_cast<__mmask16>(below(hi) & ~below(lo));
+}
+inline Vec load_lanes(const float* p, LaneMask m) { return _mm512_maskz_loadu_ps(m, p); }
 
 #include "kernels/cpu/conv2d_winograd.inc"
 
