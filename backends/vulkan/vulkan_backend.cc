@@ -5,7 +5,9 @@
 //
 // Device addresses: buffer k spans [k << 40, (k << 40) + size) of a virtual space (Vulkan
 // buffers have no addresses here); a view's data is base + byte offset. Buffers live in
-// host-visible coherent memory: copies are memcpy of contiguous runs after the queue is idle.
+// device-local memory: where that is host-visible, coherent and cached (unified memory) copies
+// are memcpy of contiguous runs after the queue is idle, else (discrete GPUs) the runs are
+// copied by the queue through a staging buffer in cached host memory (vulkan_device.h).
 // A run() records one command buffer (a descriptor set per launch, the parameters of every
 // dispatch in one int32 buffer, a barrier before a launch that touches a buffer an earlier
 // launch of the run wrote or read) and submits it; synchronize() or the next copy or run waits.
@@ -73,6 +75,7 @@ class VulkanBackend final : public Backend {
     vkDeviceWaitIdle(device_.device());
     for (auto& [base, buffer] : buffers_) device_.destroy(buffer);
     device_.destroy(params_);
+    device_.destroy(staging_);
     if (pool_ != VK_NULL_HANDLE) vkDestroyDescriptorPool(device_.device(), pool_, nullptr);
     if (fence_ != VK_NULL_HANDLE) vkDestroyFence(device_.device(), fence_, nullptr);
     if (commands_ != VK_NULL_HANDLE) vkDestroyCommandPool(device_.device(), commands_, nullptr);
@@ -189,6 +192,9 @@ class VulkanBackend final : public Backend {
   }
 
   absl::Status copy(const BufferRegion& region, const Box& box, void* host, bool in);
+  // copy() of a buffer the host cannot map: through staging_, by the queue (which is idle).
+  absl::Status staged_copy(const DeviceBuffer& buffer, const BufferRegion& region, const Box& box, std::byte* host,
+                           bool in);
   // The binding of the window of its buffer that `view` spans, and the element offset of the
   // view's data inside that window.
   absl::StatusOr<std::pair<Binding, int64_t>> window(const TensorView& view);
@@ -214,11 +220,12 @@ class VulkanBackend final : public Backend {
   VkDescriptorPool pool_ = VK_NULL_HANDLE;
   size_t pool_sets_ = 0, pool_descriptors_ = 0;
   DeviceBuffer params_;
+  DeviceBuffer staging_;  // staged copies' host side (grown as needed)
   absl::flat_hash_map<uint64_t, DeviceBuffer> buffers_;
   uint64_t next_ = 1;
 };
 
-// Box copies as memcpy of contiguous runs (memory is host-visible and coherent).
+// Box copies as memcpy of contiguous runs (mapped memory), else staged_copy.
 absl::Status VulkanBackend::copy(const BufferRegion& region, const Box& box, void* host, bool in) {
   auto it = buffers_.find(region.buffer.id);
   if (it == buffers_.end())
@@ -227,11 +234,67 @@ absl::Status VulkanBackend::copy(const BufferRegion& region, const Box& box, voi
     if (absl::Status st = wait(); !st.ok()) return st;  // copies take effect in call order
   std::byte* mapped = it->second.mapped;
   auto* bytes = static_cast<std::byte*>(host);
+  if (mapped == nullptr) return staged_copy(it->second, region, box, bytes, in);
   return gpu::for_each_box_run("vulkan", region, box, it->second.bytes, [&](int64_t at, int64_t dense, int64_t n) {
     in ? std::memcpy(mapped + at, bytes + dense, static_cast<size_t>(n))
        : std::memcpy(bytes + dense, mapped + at, static_cast<size_t>(n));
     return absl::OkStatus();
   });
+}
+
+// The box's runs as one vkCmdCopyBuffer between the buffer and staging_, which holds the box
+// densely (the host's layout): one memcpy on the host side. Barriers order the copy after the
+// shaders that wrote or read the buffer, and the shaders and host reads after it.
+absl::Status VulkanBackend::staged_copy(const DeviceBuffer& buffer, const BufferRegion& region, const Box& box,
+                                        std::byte* host, bool in) {
+  std::vector<VkBufferCopy> runs;
+  int64_t total = 0;
+  absl::Status listed = gpu::for_each_box_run("vulkan", region, box, buffer.bytes, [&](int64_t at, int64_t dense, int64_t n) {
+    runs.push_back(in ? VkBufferCopy{static_cast<VkDeviceSize>(dense), static_cast<VkDeviceSize>(at), static_cast<VkDeviceSize>(n)}
+                      : VkBufferCopy{static_cast<VkDeviceSize>(at), static_cast<VkDeviceSize>(dense), static_cast<VkDeviceSize>(n)});
+    total = std::max(total, dense + n);
+    return absl::OkStatus();
+  });
+  if (!listed.ok() || runs.empty()) return listed;
+  if (total > staging_.bytes) {
+    device_.destroy(staging_);
+    absl::StatusOr<DeviceBuffer> b = device_.make_buffer(std::max(total, 2 * staging_.bytes), vulkan::Device::Use::kStaging);
+    if (!b.ok()) return b.status();
+    staging_ = *b;
+  }
+  if (in) std::memcpy(staging_.mapped, host, static_cast<size_t>(total));
+  vkResetCommandBuffer(command_, 0);
+  VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+  begin.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+  if (VkResult r = vkBeginCommandBuffer(command_, &begin); r != VK_SUCCESS)
+    return absl::InternalError(vk_error("vkBeginCommandBuffer", r));
+  auto barrier = [&](VkPipelineStageFlags src_stage, VkAccessFlags src_access, VkPipelineStageFlags dst_stage,
+                     VkAccessFlags dst_access) {
+    VkMemoryBarrier m{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+    m.srcAccessMask = src_access;
+    m.dstAccessMask = dst_access;
+    vkCmdPipelineBarrier(command_, src_stage, dst_stage, 0, 1, &m, 0, nullptr, 0, nullptr);
+  };
+  const VkPipelineStageFlags work = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
+  const VkAccessFlags work_access = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+                                    VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+  barrier(work | VK_PIPELINE_STAGE_HOST_BIT, work_access | VK_ACCESS_HOST_WRITE_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT,
+          VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT);
+  vkCmdCopyBuffer(command_, in ? staging_.buffer : buffer.buffer, in ? buffer.buffer : staging_.buffer,
+                  static_cast<uint32_t>(runs.size()), runs.data());
+  barrier(VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT, work | VK_PIPELINE_STAGE_HOST_BIT,
+          work_access | VK_ACCESS_HOST_READ_BIT);
+  if (VkResult r = vkEndCommandBuffer(command_); r != VK_SUCCESS)
+    return absl::InternalError(vk_error("vkEndCommandBuffer", r));
+  VkSubmitInfo submit{VK_STRUCTURE_TYPE_SUBMIT_INFO};
+  submit.commandBufferCount = 1;
+  submit.pCommandBuffers = &command_;
+  if (VkResult r = vkQueueSubmit(device_.queue(), 1, &submit, fence_); r != VK_SUCCESS)
+    return absl::InternalError(vk_error("vkQueueSubmit", r));
+  in_flight_ = true;
+  if (absl::Status st = wait(); !st.ok()) return st;
+  if (!in) std::memcpy(host, staging_.mapped, static_cast<size_t>(total));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::pair<Binding, int64_t>> VulkanBackend::window(const TensorView& view) {
@@ -369,7 +432,7 @@ absl::Status VulkanBackend::reserve(size_t sets, size_t descriptors, size_t para
   if (static_cast<int64_t>(param_bytes) > params_.bytes) {
     device_.destroy(params_);
     absl::StatusOr<DeviceBuffer> b = device_.make_buffer(
-        std::max<int64_t>(static_cast<int64_t>(param_bytes), 2 * params_.bytes));
+        std::max<int64_t>(static_cast<int64_t>(param_bytes), 2 * params_.bytes), vulkan::Device::Use::kParams);
     if (!b.ok()) return b.status();
     params_ = *b;
   }

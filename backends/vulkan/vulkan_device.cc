@@ -143,23 +143,46 @@ absl::Status Device::open() {
   cache_key_ = absl::StrCat(props.deviceName, " ", props.vendorID, ":", props.deviceID, " ",
                             props.driverVersion, " ", driver);
 
-  // Host-visible coherent memory, device-local too where there is such (unified memory, BAR).
+  // Memory types. Tensors live in device-local memory. Where that memory is also host-visible,
+  // coherent and cached (unified memory: lavapipe, integrated GPUs) buffers are mapped and
+  // copies are memcpy; otherwise (a discrete GPU, whose host-visible device memory is an
+  // uncached window over PCIe: host reads from it ran at ~30 MB/s on an H100, a 3 MB result
+  // took 110 ms to read back) copies go through a staging buffer in cached host memory.
+  // TESSERA_VULKAN_STAGING=1 takes the staging path everywhere (the tests run it on lavapipe).
+  // Parameters keep host-visible coherent memory, device-local too where there is such (BAR).
   VkPhysicalDeviceMemoryProperties memory{};
   vkGetPhysicalDeviceMemoryProperties(physical_, &memory);
   const VkMemoryPropertyFlags host =
       VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
-  int best = -1;
-  for (uint32_t t = 0; t < memory.memoryTypeCount; ++t) {
-    const VkMemoryPropertyFlags f = memory.memoryTypes[t].propertyFlags;
-    if ((f & host) != host) continue;
-    if (best < 0 ||
-        ((f & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT) &&
-         !(memory.memoryTypes[best].propertyFlags & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT)))
-      best = static_cast<int>(t);
-  }
-  if (best < 0)
+  const VkMemoryPropertyFlags unified = host | VK_MEMORY_PROPERTY_HOST_CACHED_BIT | VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT;
+  // The first type with all of `need`, the first with `prefer` too if any; -1 if none.
+  auto memory_type = [&](VkMemoryPropertyFlags need, VkMemoryPropertyFlags prefer) {
+    int best = -1;
+    for (uint32_t t = 0; t < memory.memoryTypeCount; ++t) {
+      const VkMemoryPropertyFlags f = memory.memoryTypes[t].propertyFlags;
+      if ((f & need) != need) continue;
+      if (best < 0 || ((f & prefer) == prefer && (memory.memoryTypes[best].propertyFlags & prefer) != prefer))
+        best = static_cast<int>(t);
+    }
+    return best;
+  };
+  const int params = memory_type(host, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
+  const int staging = memory_type(host, VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
+  const int device_local = memory_type(VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, unified);
+  if (params < 0 || staging < 0)
     return absl::UnavailableError("[vulkan] the device has no host-visible coherent memory");
-  memory_type_ = static_cast<uint32_t>(best);
+  params_type_ = static_cast<uint32_t>(params);
+  staging_type_ = static_cast<uint32_t>(staging);
+  const char* force = std::getenv("TESSERA_VULKAN_STAGING");
+  const bool staged = force != nullptr && std::string(force) == "1";
+  if (device_local < 0) {  // no device-local memory: host memory, mapped
+    storage_type_ = params_type_;
+    storage_mapped_ = !staged;
+  } else {
+    storage_type_ = static_cast<uint32_t>(device_local);
+    storage_mapped_ = !staged && (memory.memoryTypes[storage_type_].propertyFlags & unified) == unified;
+  }
+  if (!storage_mapped_) absl::StrAppend(&description_, " [staged copies]");
 
   const float priority = 1.0f;
   VkDeviceQueueCreateInfo queue{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
@@ -175,7 +198,9 @@ absl::Status Device::open() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<DeviceBuffer> Device::make_buffer(int64_t bytes) {
+absl::StatusOr<DeviceBuffer> Device::make_buffer(int64_t bytes, Use use) {
+  const uint32_t type = use == Use::kStorage ? storage_type_ : use == Use::kParams ? params_type_ : staging_type_;
+  const bool map = use != Use::kStorage || storage_mapped_;
   DeviceBuffer b;
   b.bytes = bytes;
   b.capacity = std::max<int64_t>((bytes + 3) / 4 * 4, 4);
@@ -188,18 +213,18 @@ absl::StatusOr<DeviceBuffer> Device::make_buffer(int64_t bytes) {
     return absl::ResourceExhaustedError(vk_error("vkCreateBuffer", r));
   VkMemoryRequirements req{};
   vkGetBufferMemoryRequirements(device_, b.buffer, &req);
-  if (!(req.memoryTypeBits & (1u << memory_type_))) {
+  if (!(req.memoryTypeBits & (1u << type))) {
     destroy(b);
     return absl::ResourceExhaustedError(
-        "[vulkan] buffers cannot live in host-visible memory on this device");
+        absl::StrCat("[vulkan] storage buffers cannot live in memory type ", type, " on this device"));
   }
   VkMemoryAllocateInfo alloc{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO};
   alloc.allocationSize = req.size;
-  alloc.memoryTypeIndex = memory_type_;
+  alloc.memoryTypeIndex = type;
   VkResult r = vkAllocateMemory(device_, &alloc, nullptr, &b.memory);
   if (r == VK_SUCCESS) r = vkBindBufferMemory(device_, b.buffer, b.memory, 0);
   void* mapped = nullptr;
-  if (r == VK_SUCCESS) r = vkMapMemory(device_, b.memory, 0, VK_WHOLE_SIZE, 0, &mapped);
+  if (r == VK_SUCCESS && map) r = vkMapMemory(device_, b.memory, 0, VK_WHOLE_SIZE, 0, &mapped);
   if (r != VK_SUCCESS) {
     destroy(b);
     return absl::ResourceExhaustedError(vk_error("allocating buffer memory", r));

@@ -1,4 +1,4 @@
-// The Vulkan objects of the vulkan plugin: instance, device, queue, host-visible buffers and
+// The Vulkan objects of the vulkan plugin: instance, device, queue, buffers and
 // compute pipelines (GLSL from backends/gpu/codegen.h, SPIR-V cached in memory and on disk).
 // Errors are absl::Status; nothing aborts.
 #pragma once
@@ -17,11 +17,13 @@
 
 namespace tessera::vulkan {
 
-// A storage buffer in host-visible, coherent memory, mapped for its whole life.
+// A storage buffer: in device-local memory, mapped for its whole life where that memory is
+// also host-visible, coherent and cached (unified memory), else not mapped (copies go through
+// a staging buffer); host buffers (parameters, staging) are always mapped.
 struct DeviceBuffer {
   VkBuffer buffer = VK_NULL_HANDLE;
   VkDeviceMemory memory = VK_NULL_HANDLE;
-  std::byte* mapped = nullptr;
+  std::byte* mapped = nullptr;  // nullptr: not host-visible (or not to be read by the host)
   int64_t bytes = 0;     // as asked
   int64_t capacity = 0;  // as made (a multiple of 4, at least 4)
 };
@@ -52,7 +54,11 @@ class Device {
   VkQueue queue() const { return queue_; }
   uint32_t queue_family() const { return queue_family_; }
 
-  absl::StatusOr<DeviceBuffer> make_buffer(int64_t bytes);
+  // What a buffer holds: tensors (device-local), dispatch parameters (host-visible, written by
+  // the host, read by shaders) or staged copies (host-visible, cached where the device has such
+  // memory: the host reads it back).
+  enum class Use { kStorage, kParams, kStaging };
+  absl::StatusOr<DeviceBuffer> make_buffer(int64_t bytes, Use use = Use::kStorage);
   void destroy(DeviceBuffer& buffer);
 
   // The pipeline of a GLSL compute shader with `bindings` storage buffers: from memory, else
@@ -69,7 +75,8 @@ class Device {
   VkDevice device_ = VK_NULL_HANDLE;
   VkQueue queue_ = VK_NULL_HANDLE;
   uint32_t queue_family_ = 0;
-  uint32_t memory_type_ = 0;
+  uint32_t storage_type_ = 0, params_type_ = 0, staging_type_ = 0;  // memory type indices
+  bool storage_mapped_ = true;  // storage buffers are mapped (unified memory, no staging forced)
   VkPhysicalDeviceLimits limits_{};
   std::string description_, cache_key_;
   absl::flat_hash_map<uint32_t, std::pair<VkDescriptorSetLayout, VkPipelineLayout>> layouts_;

@@ -3,6 +3,7 @@
 // GLSL function forms and views deep in buffers larger than one storage-buffer binding.
 #include "tests/gpu/backend_suite.h"
 #include "tests/gpu/linear_suite.h"
+#include "tests/support/scoped_env.h"
 
 using namespace tessera;
 using namespace tessera::gpu_testing;
@@ -28,6 +29,21 @@ TEST_CASE("vulkan: linear with every quantised weight type matches the reference
 TEST_CASE("vulkan: quantised linear through strided and partial views") { quantised_strided_views(kVulkan); }
 
 TEST_CASE("vulkan: matmul and linear timings (printed under TESSERA_GPU_TIMING=1)") { timings(kVulkan); }
+
+// Where device memory is not host-mappable as cached memory (discrete GPUs), copies go through
+// a staging buffer by the queue; TESSERA_VULKAN_STAGING=1 takes that path on any device.
+TEST_CASE("vulkan: staged copies (TESSERA_VULKAN_STAGING=1): views, partial boxes and random graphs") {
+  testing::ScopedEnv staging("TESSERA_VULKAN_STAGING", "1");
+  {
+    Env env;
+    std::unique_ptr<Backend> backend = open_backend("vulkan");
+    if (backend == nullptr) return;
+    CHECK_MESSAGE(backend->description().find("[staged copies]") != std::string::npos, backend->description());
+  }
+  strided_views(kVulkan);
+  random_graphs(kVulkan);
+  tiled_f32(kVulkan);
+}
 
 TEST_CASE("vulkan: NaN and infinities follow the reference (minimum, maximum, pow, erf)") {
   Env env;
