@@ -201,6 +201,8 @@ class VulkanBackend final : public Backend {
   absl::StatusOr<Recorded> resolve_launch(const VkStep& step, const StepLaunch& launch,
                                           std::vector<int32_t>& params);
   absl::Status submit(std::vector<Recorded>& recorded, const std::vector<int32_t>& params);
+  absl::Status begin_commands();
+  absl::Status end_and_submit();
   // A linear launch whose quantised weight spans more than one binding can hold, as launches
   // over column ranges of its boxes that each bind the weight rows they read (storage in
   // `split`); any other launch as it is.
@@ -263,11 +265,7 @@ absl::Status VulkanBackend::staged_copy(const DeviceBuffer& buffer, const Buffer
     staging_ = *b;
   }
   if (in) std::memcpy(staging_.mapped, host, static_cast<size_t>(total));
-  vkResetCommandBuffer(command_, 0);
-  VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
-  begin.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
-  if (VkResult r = vkBeginCommandBuffer(command_, &begin); r != VK_SUCCESS)
-    return absl::InternalError(vk_error("vkBeginCommandBuffer", r));
+  if (absl::Status st = begin_commands(); !st.ok()) return st;
   auto barrier = [&](VkPipelineStageFlags src_stage, VkAccessFlags src_access, VkPipelineStageFlags dst_stage,
                      VkAccessFlags dst_access) {
     VkMemoryBarrier m{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
@@ -284,14 +282,7 @@ absl::Status VulkanBackend::staged_copy(const DeviceBuffer& buffer, const Buffer
                   static_cast<uint32_t>(runs.size()), runs.data());
   barrier(VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT, work | VK_PIPELINE_STAGE_HOST_BIT,
           work_access | VK_ACCESS_HOST_READ_BIT);
-  if (VkResult r = vkEndCommandBuffer(command_); r != VK_SUCCESS)
-    return absl::InternalError(vk_error("vkEndCommandBuffer", r));
-  VkSubmitInfo submit{VK_STRUCTURE_TYPE_SUBMIT_INFO};
-  submit.commandBufferCount = 1;
-  submit.pCommandBuffers = &command_;
-  if (VkResult r = vkQueueSubmit(device_.queue(), 1, &submit, fence_); r != VK_SUCCESS)
-    return absl::InternalError(vk_error("vkQueueSubmit", r));
-  in_flight_ = true;
+  if (absl::Status st = end_and_submit(); !st.ok()) return st;
   if (absl::Status st = wait(); !st.ok()) return st;
   if (!in) std::memcpy(host, staging_.mapped, static_cast<size_t>(total));
   return absl::OkStatus();
@@ -473,11 +464,7 @@ absl::Status VulkanBackend::submit(std::vector<Recorded>& recorded,
     }
     vkUpdateDescriptorSets(d, static_cast<uint32_t>(writes.size()), writes.data(), 0, nullptr);
   }
-  vkResetCommandBuffer(command_, 0);
-  VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
-  begin.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
-  if (VkResult r = vkBeginCommandBuffer(command_, &begin); r != VK_SUCCESS)
-    return absl::InternalError(vk_error("vkBeginCommandBuffer", r));
+  if (absl::Status st = begin_commands(); !st.ok()) return st;
   auto barrier = [&](VkPipelineStageFlags dst_stage, VkAccessFlags dst_access) {
     VkMemoryBarrier m{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
     m.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
@@ -500,6 +487,21 @@ absl::Status VulkanBackend::submit(std::vector<Recorded>& recorded,
     }
   }
   barrier(VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);  // copy_out reads the mapped memory
+  return end_and_submit();
+}
+
+// The command buffer, reset and begun for one submission (the queue is idle).
+absl::Status VulkanBackend::begin_commands() {
+  vkResetCommandBuffer(command_, 0);
+  VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+  begin.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+  if (VkResult r = vkBeginCommandBuffer(command_, &begin); r != VK_SUCCESS)
+    return absl::InternalError(vk_error("vkBeginCommandBuffer", r));
+  return absl::OkStatus();
+}
+
+// Ends the command buffer and submits it with the fence (wait() waits for it).
+absl::Status VulkanBackend::end_and_submit() {
   if (VkResult r = vkEndCommandBuffer(command_); r != VK_SUCCESS)
     return absl::InternalError(vk_error("vkEndCommandBuffer", r));
   VkSubmitInfo submit{VK_STRUCTURE_TYPE_SUBMIT_INFO};
