@@ -259,8 +259,9 @@ absl::Status VulkanBackend::staged_copy(const DeviceBuffer& buffer, const Buffer
   });
   if (!listed.ok() || runs.empty()) return listed;
   if (total > staging_.bytes) {
+    const int64_t grown = std::max(total, 2 * staging_.bytes);
     device_.destroy(staging_);
-    absl::StatusOr<DeviceBuffer> b = device_.make_buffer(std::max(total, 2 * staging_.bytes), vulkan::Device::Use::kStaging);
+    absl::StatusOr<DeviceBuffer> b = device_.make_buffer(grown, vulkan::Device::Use::kStaging);
     if (!b.ok()) return b.status();
     staging_ = *b;
   }
@@ -421,9 +422,9 @@ absl::Status VulkanBackend::reserve(size_t sets, size_t descriptors, size_t para
     vkResetDescriptorPool(d, pool_, 0);
   }
   if (static_cast<int64_t>(param_bytes) > params_.bytes) {
-    device_.destroy(params_);
-    absl::StatusOr<DeviceBuffer> b = device_.make_buffer(
-        std::max<int64_t>(static_cast<int64_t>(param_bytes), 2 * params_.bytes), vulkan::Device::Use::kParams);
+    const int64_t grown = std::max<int64_t>(static_cast<int64_t>(param_bytes), 2 * params_.bytes);
+    device_.destroy(params_);  // (resets params_)
+    absl::StatusOr<DeviceBuffer> b = device_.make_buffer(grown, vulkan::Device::Use::kParams);
     if (!b.ok()) return b.status();
     params_ = *b;
   }
