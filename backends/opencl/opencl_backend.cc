@@ -190,19 +190,24 @@ class OpenClBackend final : public Backend {
     return std::make_pair(&it->second, static_cast<int64_t>(address - it->first));
   }
 
-  // Box copies as blocking reads and writes of contiguous runs.
+  // Box copies as reads and writes of contiguous runs, enqueued without blocking and finished
+  // together (blocking on each took PoCL ~28 us a run: 55 ms for a 64-channel edit box of 31
+  // rows, 2.2 ms this way).
   absl::Status copy(const BufferRegion& region, const Box& box, void* host, bool in) {
     auto it = buffers_.find(region.buffer.id);
     if (it == buffers_.end()) return absl::InvalidArgumentError("[opencl] copy with an unknown buffer");
     cl_mem mem = it->second.mem;
     auto* bytes = static_cast<std::byte*>(host);
-    return gpu::for_each_box_run("opencl", region, box, it->second.bytes, [&](int64_t at, int64_t dense, int64_t n) {
+    absl::Status st = gpu::for_each_box_run("opencl", region, box, it->second.bytes, [&](int64_t at, int64_t dense, int64_t n) {
       const cl_int err =
-          in ? clEnqueueWriteBuffer(queue_, mem, CL_TRUE, static_cast<size_t>(at), static_cast<size_t>(n), bytes + dense, 0, nullptr, nullptr)
-             : clEnqueueReadBuffer(queue_, mem, CL_TRUE, static_cast<size_t>(at), static_cast<size_t>(n), bytes + dense, 0, nullptr, nullptr);
+          in ? clEnqueueWriteBuffer(queue_, mem, CL_FALSE, static_cast<size_t>(at), static_cast<size_t>(n), bytes + dense, 0, nullptr, nullptr)
+             : clEnqueueReadBuffer(queue_, mem, CL_FALSE, static_cast<size_t>(at), static_cast<size_t>(n), bytes + dense, 0, nullptr, nullptr);
       return err == CL_SUCCESS ? absl::OkStatus()
                                : absl::InternalError(cl_error(in ? "clEnqueueWriteBuffer" : "clEnqueueReadBuffer", err));
     });
+    const cl_int finished = clFinish(queue_);
+    if (!st.ok()) return st;
+    return finished == CL_SUCCESS ? absl::OkStatus() : absl::InternalError(cl_error("clFinish", finished));
   }
 
   // The kernel of a source: from memory, else the disk cache, else compiled (and stored).
