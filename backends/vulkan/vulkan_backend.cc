@@ -203,6 +203,9 @@ class VulkanBackend final : public Backend {
   absl::Status submit(std::vector<Recorded>& recorded, const std::vector<int32_t>& params);
   absl::Status begin_commands();
   absl::Status end_and_submit();
+  // Records a global memory barrier into the command buffer.
+  void barrier(VkPipelineStageFlags src_stage, VkAccessFlags src_access, VkPipelineStageFlags dst_stage,
+               VkAccessFlags dst_access);
   // A linear launch whose quantised weight spans more than one binding can hold, as launches
   // over column ranges of its boxes that each bind the weight rows they read (storage in
   // `split`); any other launch as it is.
@@ -267,13 +270,6 @@ absl::Status VulkanBackend::staged_copy(const DeviceBuffer& buffer, const Buffer
   }
   if (in) std::memcpy(staging_.mapped, host, static_cast<size_t>(total));
   if (absl::Status st = begin_commands(); !st.ok()) return st;
-  auto barrier = [&](VkPipelineStageFlags src_stage, VkAccessFlags src_access, VkPipelineStageFlags dst_stage,
-                     VkAccessFlags dst_access) {
-    VkMemoryBarrier m{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
-    m.srcAccessMask = src_access;
-    m.dstAccessMask = dst_access;
-    vkCmdPipelineBarrier(command_, src_stage, dst_stage, 0, 1, &m, 0, nullptr, 0, nullptr);
-  };
   const VkPipelineStageFlags work = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
   const VkAccessFlags work_access = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
                                     VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
@@ -466,17 +462,10 @@ absl::Status VulkanBackend::submit(std::vector<Recorded>& recorded,
     vkUpdateDescriptorSets(d, static_cast<uint32_t>(writes.size()), writes.data(), 0, nullptr);
   }
   if (absl::Status st = begin_commands(); !st.ok()) return st;
-  auto barrier = [&](VkPipelineStageFlags dst_stage, VkAccessFlags dst_access) {
-    VkMemoryBarrier m{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
-    m.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
-    m.dstAccessMask = dst_access;
-    vkCmdPipelineBarrier(command_, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, dst_stage, 0, 1, &m, 0,
-                         nullptr, 0, nullptr);
-  };
   for (size_t i = 0; i < recorded.size(); ++i) {
     const Recorded& rec = recorded[i];
     if (rec.barrier)
-      barrier(VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+      barrier(VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
               VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
     vkCmdBindPipeline(command_, VK_PIPELINE_BIND_POINT_COMPUTE, rec.pipeline->pipeline);
     vkCmdBindDescriptorSets(command_, VK_PIPELINE_BIND_POINT_COMPUTE, rec.pipeline->layout, 0, 1,
@@ -487,7 +476,8 @@ absl::Status VulkanBackend::submit(std::vector<Recorded>& recorded,
       vkCmdDispatch(command_, groups, 1, 1);
     }
   }
-  barrier(VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);  // copy_out reads the mapped memory
+  barrier(VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT, VK_PIPELINE_STAGE_HOST_BIT,
+          VK_ACCESS_HOST_READ_BIT);  // copy_out reads the mapped memory
   return end_and_submit();
 }
 
@@ -499,6 +489,14 @@ absl::Status VulkanBackend::begin_commands() {
   if (VkResult r = vkBeginCommandBuffer(command_, &begin); r != VK_SUCCESS)
     return absl::InternalError(vk_error("vkBeginCommandBuffer", r));
   return absl::OkStatus();
+}
+
+void VulkanBackend::barrier(VkPipelineStageFlags src_stage, VkAccessFlags src_access, VkPipelineStageFlags dst_stage,
+                            VkAccessFlags dst_access) {
+  VkMemoryBarrier m{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+  m.srcAccessMask = src_access;
+  m.dstAccessMask = dst_access;
+  vkCmdPipelineBarrier(command_, src_stage, dst_stage, 0, 1, &m, 0, nullptr, 0, nullptr);
 }
 
 // Ends the command buffer and submits it with the fence (wait() waits for it).

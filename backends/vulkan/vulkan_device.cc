@@ -216,7 +216,7 @@ absl::StatusOr<DeviceBuffer> Device::make_buffer(int64_t bytes, Use use) {
   if (!(req.memoryTypeBits & (1u << type))) {
     destroy(b);
     return absl::ResourceExhaustedError(
-        absl::StrCat("[vulkan] storage buffers cannot live in memory type ", type, " on this device"));
+        absl::StrCat("[vulkan] buffers of this use cannot live in memory type ", type, " on this device"));
   }
   VkMemoryAllocateInfo alloc{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO};
   alloc.allocationSize = req.size;
