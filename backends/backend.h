@@ -103,6 +103,9 @@ class Backend {
   virtual bool repacks_weight(const Graph& /*graph*/, const Node& /*consumer*/) const { return false; }
   // Waits until every earlier copy and run is complete; returns the first asynchronous error.
   virtual absl::Status synchronize() = 0;
+  // A hint that a run() is coming soon (the caller is planning it): a backend whose workers
+  // sleep between runs may start waking them. Does nothing by default.
+  virtual void expect_run() {}
 
   // True when the backend computes in host memory: views passed to run() hold host pointers.
   bool host_addressable() const { return host_addressable_; }

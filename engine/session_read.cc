@@ -244,6 +244,9 @@ void GraphSession::read_checked(NodeId node, const Box& box, std::span<std::byte
     stats_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return;
   }
+  // Work follows: a backend whose workers sleep between runs starts waking them now, so they
+  // are polling by the time planning ends (a sleeping worker takes tens of microseconds to wake).
+  backend_->expect_run();
   if (keep_changed_ || (options_.cache_budget_bytes >= 0 && ++reads_since_ranking_ >= 16)) choose_kept();
   plan_read(*graph_, target, box, read_state(), scratch_, steps_, &reused_);
   bool direct = false;  // the target is computed straight into `out`

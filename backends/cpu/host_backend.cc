@@ -249,6 +249,12 @@ absl::StatusOr<std::unique_ptr<PreparedPlan>> HostBackend::prepare(const Graph& 
   return std::unique_ptr<PreparedPlan>(std::move(prepared));
 }
 
+void HostBackend::expect_run() {
+  if (threads_ <= 1) return;
+  if (team_ == nullptr) team_ = cpu::WorkerTeam::shared(threads_);
+  team_->wake();
+}
+
 void HostBackend::set_threads(int threads) {
   threads = std::max(1, threads);
   if (threads == threads_) return;
@@ -342,6 +348,9 @@ absl::Status HostBackend::run(const PreparedPlan& prepared, std::span<const Step
     for (size_t j = 0; j < launches.size(); ++j) {
       LaunchTiles& launch_tiles = tiles_[j];
       const uint32_t total = launch_tiles.total;
+      // A one-tile launch is member 0's: a chain of light steps stays on one core (its data in
+      // that core's caches, no hand-over between cores), while the others read ahead.
+      if (total == 1 && member != 0) continue;
       // Every tile of launch j - 1 is done (so, by induction, of every earlier launch); a member
       // with nothing to do meanwhile reads ahead into the coming weights.
       if (j > 0 && launch_tiles.claimed.load(std::memory_order_relaxed) < total) {

@@ -34,9 +34,11 @@ class HostBackend : public Backend {
   // Runs the launches in one parallel region of the backend's team (set_threads): a launch with
   // enough work is cut into a few tiles per member along the outermost axis that has room
   // (kernels compute each element the same way whatever box they get, so the cut never changes
-  // a bit); a lighter launch is one tile. Members claim tiles from a counter per launch and start
-  // a launch once every tile of the previous one is done, so a member the OS has descheduled
-  // holds up the others only by the tile it has claimed, never by the tiles it has not reached.
+  // a bit); a lighter launch is one tile, always run by member 0 (a chain of light steps stays on
+  // one core while the others read ahead into the coming weights). Members claim tiles from a
+  // counter per launch and start a launch once every tile of the previous one is done, so a
+  // member the OS has descheduled holds up the others only by the tile it has claimed, never by
+  // the tiles it has not reached.
   // Returns the first kernel error unchanged and sets last_failed_step() (the caller knows the
   // step, hence the op). Each member's kernels get their own slice of `scratch` (prepare sized
   // it for the team).
@@ -51,6 +53,8 @@ class HostBackend : public Backend {
   // the first member's start of the launch to its start of the next), for SessionOptions::profile.
   void set_launch_times(std::vector<double>* times) { launch_times_ = times; }
   absl::Status synchronize() override { return absl::OkStatus(); }
+  // Wakes the team's sleeping members (WorkerTeam::wake), so that they poll when run() starts.
+  void expect_run() override;
 
   // CPU-only accessor: the host address of a buffer of this backend (nullptr when unknown).
   void* host_address(BufferHandle buffer) const;

@@ -51,7 +51,8 @@ WorkerTeam::WorkerTeam(int threads) : size_(std::max(1, threads)) {
 WorkerTeam::~WorkerTeam() {
   stop_.store(true);
   generation_.fetch_add(1);
-  generation_.notify_all();
+  doorbell_.fetch_add(1);
+  doorbell_.notify_all();
   for (std::thread& t : threads_) t.join();
 }
 
@@ -82,7 +83,8 @@ void WorkerTeam::run(const std::function<void(int)>& fn) {
   job_ = &fn;
   running_.store(size_ - 1, std::memory_order_release);
   generation_.fetch_add(1, std::memory_order_acq_rel);
-  generation_.notify_all();
+  doorbell_.fetch_add(1, std::memory_order_acq_rel);
+  doorbell_.notify_all();
   fn(0);
   // Wait for the others to leave the job (they may still be between their last barrier and return).
   for (int i = 0; running_.load(std::memory_order_acquire) != 0; ++i) {
@@ -92,12 +94,46 @@ void WorkerTeam::run(const std::function<void(int)>& fn) {
   job_ = nullptr;
 }
 
+namespace {
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+void WorkerTeam::wake() {
+  if (size_ == 1) return;
+  const int64_t until = now_ns() + std::chrono::duration_cast<std::chrono::nanoseconds>(kWakeWindow).count();
+  // Members already polling see the later deadline; sleeping ones are woken by the bell.
+  if (awake_until_.load(std::memory_order_relaxed) >= until - 100'000) return;  // rung < 0.1 ms ago
+  awake_until_.store(until, std::memory_order_relaxed);
+  doorbell_.fetch_add(1, std::memory_order_acq_rel);
+  doorbell_.notify_all();
+}
+
 void WorkerTeam::member_loop(int member) {
   // Generation 0 is the state before any run: a member that starts late must still see the
   // first run's bump.
   uint32_t seen = 0;
   while (true) {
-    wait_until_changed(generation_, seen);
+    // Poll (kSpins, then on until awake_until_), then sleep on the doorbell; ringing it (run(),
+    // wake()) starts the polling again. The bell is read before the generation: a run started
+    // after that read has rung it, so the sleep returns at once.
+    while (true) {
+      bool started = false;
+      for (int i = 0; i < kSpins && !started; ++i) {
+        started = generation_.load(std::memory_order_acquire) != seen;
+        if (!started) relax();
+      }
+      while (!started && now_ns() < awake_until_.load(std::memory_order_relaxed))
+        for (int i = 0; i < 64 && !started; ++i) {
+          started = generation_.load(std::memory_order_acquire) != seen;
+          if (!started) relax();
+        }
+      if (started) break;
+      const uint32_t bell = doorbell_.load(std::memory_order_acquire);
+      if (generation_.load(std::memory_order_acquire) != seen) break;
+      doorbell_.wait(bell, std::memory_order_acquire);
+    }
     seen = generation_.load(std::memory_order_acquire);
     if (stop_.load()) return;
     (*job_)(member);
