@@ -5,8 +5,8 @@
 //   (prefill). Weights are streamed from memory as in a real decode step: the kernel cycles
 //   over enough distinct copies of the matrix (>= 96 MiB) that none is in cache. Weights sit in
 //   transparent huge pages (as the engine's repacked weights would) unless --small-pages.
-// - attention, one query row at context 128 and 1024 (decode) and all rows of a causal
-//   context of 128 (prefill).
+// - attention, one query row at context 128 and 1024 (decode; Gemma-3's sliding-window layers,
+//   512 keys of 1024, too) and all rows of a causal context of 128 (prefill).
 // Every configuration runs with 1 and 2 threads (a child process per thread count, since the
 // pool's size is fixed per process by TESSERA_THREADS).
 //
@@ -218,8 +218,9 @@ void bench_linear(DType dtype, int64_t k, int64_t n, int64_t m, const Options& o
 
 // q [T, hq, d] f32, k/v [T, hkv, d] of dtype kv; computes rows [first_row, T) of every head.
 void bench_attention(const char* model, int64_t hq, int64_t hkv, int64_t d, int64_t context,
-                     int64_t rows, const Options& options, DType kv = DType::F32) {
-  const std::string label = std::string("attention ") + model + (kv == DType::F32 ? "" : " kv f16");
+                     int64_t rows, const Options& options, DType kv = DType::F32, int64_t window = 0) {
+  const std::string label = std::string("attention ") + model + (kv == DType::F32 ? "" : " kv f16") +
+                            (window > 0 ? " window " + std::to_string(window) : "");
   if (!selected(options, label + (rows == 1 ? " decode" : " prefill"))) return;
   Graph g;
   Tensor q = g.input("q", {context, hq, d}, DType::F32);
@@ -227,6 +228,7 @@ void bench_attention(const char* model, int64_t hq, int64_t hkv, int64_t d, int6
   Tensor v = g.input("v", {context, hkv, d}, kv);
   AttentionParams params;
   params.scale = 1.0 / std::sqrt(static_cast<double>(d));
+  params.window = window;
   Tensor a = attention(q, k, v, params);
   std::mt19937_64 rng(5);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
@@ -268,11 +270,12 @@ void bench_attention(const char* model, int64_t hq, int64_t hkv, int64_t d, int6
       options.quick ? 0.15 : 0.5);
   // Visible keys summed over the rows; each costs a D-long dot product and a D-long axpy.
   double keys = 0;
-  for (int64_t t = context - rows; t < context; ++t) keys += static_cast<double>(t + 1);
+  for (int64_t t = context - rows; t < context; ++t) keys += static_cast<double>(window > 0 ? std::min(t + 1, window) : t + 1);
   const double flops = 4.0 * static_cast<double>(hq * d) * keys;
-  const double bytes = static_cast<double>(kv_size * 2 * hkv * d * context + 4 * 2 * rows * hq * d);
+  const int64_t read_keys = window > 0 ? std::min(context, window + rows - 1) : context;
+  const double bytes = static_cast<double>(kv_size * 2 * hkv * d * read_keys + 4 * 2 * rows * hq * d);
   std::printf(
-      "%-25s hq=%lld hkv=%lld D=%3lld ctx=%5lld rows=%4lld  %9.1f us  %7.1f GFLOP/s  "
+      "%-34s hq=%lld hkv=%lld D=%3lld ctx=%5lld rows=%4lld  %9.1f us  %7.1f GFLOP/s  "
       "%6.1f GB/s\n",
       label.c_str(), static_cast<long long>(hq), static_cast<long long>(hkv), static_cast<long long>(d),
       static_cast<long long>(context), static_cast<long long>(rows), seconds * 1e6,
@@ -297,6 +300,7 @@ void run_suite(const Options& options) {
     bench_attention("smollm2", 9, 3, 64, context, 1, options, DType::F16);
     bench_attention("gemma3", 4, 1, 256, context, 1, options, DType::F16);
   }
+  bench_attention("gemma3", 4, 1, 256, 1024, 1, options, DType::F16, 512);
   bench_attention("smollm2", 9, 3, 64, 128, 128, options);
   bench_attention("gemma3", 4, 1, 256, 128, 128, options);
   std::fflush(stdout);

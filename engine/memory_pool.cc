@@ -61,12 +61,15 @@ void MemoryPool::account(Use use, int64_t delta) {
   }
 }
 
-// Node values (kept values: a long context's K/V caches among them) of kHugeBufferMin bytes and
-// more go into transparent huge pages (kernels/huge_pages.h); the pool counts the bytes asked
-// for (a rounding up to a whole huge page adds at most a third).
+// Node values (kept values: K/V caches among them) go into transparent huge pages
+// (kernels/huge_pages.h): from kHugeBufferMin bytes on each gets its own, from kSlabMin they share
+// them (HugePageSlabs); the pool counts the bytes asked for (a rounding up to a whole huge page
+// adds at most a third, a slab block less than kSlabUnit).
+bool MemoryPool::in_slabs(int64_t bytes) { return bytes >= kSlabMin && bytes < kHugeBufferMin; }
+
 std::byte* MemoryPool::allocate(int64_t bytes, Use use, const char* what) {
   check_allocatable(bytes, what);
-  std::byte* p = huge_buffer_new(bytes);
+  std::byte* p = in_slabs(bytes) ? slabs_.take(bytes) : huge_buffer_new(bytes);
   if (p == nullptr) throw Error(absl::StrCat("[pool] out of memory allocating ", bytes, " bytes for ", what));
   stats_.allocations += 1;
   stats_.current_bytes += bytes;
@@ -77,7 +80,8 @@ std::byte* MemoryPool::allocate(int64_t bytes, Use use, const char* what) {
 
 void MemoryPool::release(std::byte* data, int64_t bytes, Use use) {
   if (data == nullptr) return;
-  huge_buffer_delete(data, bytes);
+  if (in_slabs(bytes)) slabs_.give(data, bytes);
+  else huge_buffer_delete(data, bytes);
   stats_.current_bytes -= bytes;
   account(use, -bytes);
 }

@@ -14,7 +14,8 @@
 //   transparent-huge-page memory (`madvise(MADV_HUGEPAGE)`: file mappings never get huge pages)
 //   and shared by every session on the pool that uses the same weight; other constants stay
 //   where they are (memory-mapped files). Node values of 1.5 MiB or more (a long context's K/V
-//   caches) get huge pages of their own (huge_buffer_new in kernels/huge_pages.h).
+//   caches) get huge pages of their own (huge_buffer_new in kernels/huge_pages.h); those of
+//   64 KiB to 1.5 MiB (a layer's K/V cache at a shorter context) share huge pages (HugePageSlabs).
 // - Every buffer the pool hands out is counted: a warm decode step allocates nothing.
 // - Backends are the pool's: sessions on one pool asking for the same backend (name and thread
 //   count) share one instance, so a device's constants are uploaded once and shared by every
@@ -109,6 +110,8 @@ class MemoryPool {
   std::vector<GraphSession*> sessions_;
   absl::flat_hash_map<const void*, std::shared_ptr<const void>> weights_;
   HugePageChunks weight_chunks_;  // where the weight copies are placed
+  HugePageSlabs slabs_;           // node values of kSlabMin to kHugeBufferMin bytes
+  static bool in_slabs(int64_t bytes);
   absl::flat_hash_map<std::string, std::shared_ptr<Backend>> backends_;
   absl::flat_hash_map<std::pair<const Backend*, const void*>, BufferHandle> device_constants_;
 };

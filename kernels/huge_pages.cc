@@ -36,6 +36,64 @@ void huge_buffer_delete(std::byte* data, int64_t bytes) {
   else ::operator delete[](data, std::align_val_t(kHugePage));
 }
 
+namespace {
+constexpr int64_t kUnitsPerPage = kHugePage / kSlabUnit;
+static_assert(kUnitsPerPage == 128, "HugePageSlabs::Page holds two 64-bit words of units");
+int64_t units_of(int64_t bytes) { return (bytes + kSlabUnit - 1) / kSlabUnit; }
+
+bool unit_taken(const uint64_t* used, int64_t u) { return (used[u / 64] >> (u % 64)) & 1; }
+void mark_units(uint64_t* used, int64_t first, int64_t count, bool taken) {
+  for (int64_t u = first; u < first + count; ++u) {
+    const uint64_t bit = uint64_t{1} << (u % 64);
+    used[u / 64] = taken ? used[u / 64] | bit : used[u / 64] & ~bit;
+  }
+}
+// The first unit of the first run of `count` free units, or -1.
+int64_t find_units(const uint64_t* used, int64_t count) {
+  int64_t run = 0;
+  for (int64_t u = 0; u < kUnitsPerPage; ++u) {
+    run = unit_taken(used, u) ? 0 : run + 1;
+    if (run == count) return u + 1 - count;
+  }
+  return -1;
+}
+}  // namespace
+
+HugePageSlabs::~HugePageSlabs() {
+  for (Page& page : pages_) std::free(page.data);
+}
+
+std::byte* HugePageSlabs::take(int64_t bytes) {
+  const int64_t count = units_of(std::max<int64_t>(bytes, 1));
+  if (count > kUnitsPerPage) return nullptr;
+  for (Page& page : pages_)
+    if (const int64_t first = find_units(page.used, count); first >= 0) {
+      mark_units(page.used, first, count, true);
+      return page.data + first * kSlabUnit;
+    }
+  Page page;
+  page.data = static_cast<std::byte*>(std::aligned_alloc(static_cast<size_t>(kHugePage), static_cast<size_t>(kHugePage)));
+  if (page.data == nullptr) return nullptr;
+  madvise(page.data, static_cast<size_t>(kHugePage), MADV_HUGEPAGE);
+  mark_units(page.used, 0, count, true);
+  pages_.push_back(page);
+  return page.data;
+}
+
+void HugePageSlabs::give(std::byte* data, int64_t bytes) {
+  if (data == nullptr) return;
+  for (size_t i = 0; i < pages_.size(); ++i) {
+    Page& page = pages_[i];
+    if (data < page.data || data >= page.data + kHugePage) continue;
+    mark_units(page.used, (data - page.data) / kSlabUnit, units_of(std::max<int64_t>(bytes, 1)), false);
+    if (page.used[0] == 0 && page.used[1] == 0) {
+      std::free(page.data);
+      pages_.erase(pages_.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+    return;
+  }
+}
+
 struct HugePageChunks::Chunk {
   std::byte* data = nullptr;
   int64_t size = 0, used = 0;

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 namespace tessera {
 
@@ -37,5 +38,36 @@ int64_t huge_buffer_span(int64_t bytes);
 // nullptr when out of memory; free with huge_buffer_delete and the same `bytes`.
 std::byte* huge_buffer_new(int64_t bytes);
 void huge_buffer_delete(std::byte* data, int64_t bytes);
+
+// Buffers from kSlabMin up to kHugeBufferMin bytes (a layer's K/V cache at a context of a few
+// hundred to a few thousand tokens, read whole by every decoded token) share 2 MiB huge pages:
+// each takes the first run of free kSlabUnit units that holds it, and a page goes back to the
+// system when its last block is given back. In small pages the K/V caches of a decode step at
+// context 1024 span ~6000 (SmolLM2-135M) and ~4000 (Gemma-3-270M) pages, past the TLB, and the
+// weights streamed between two layers evict the page tables too: attention took 20-60% longer
+// than on huge pages. Not thread-safe (the memory pool's lock).
+inline constexpr int64_t kSlabMin = int64_t{64} << 10;   // 16 small pages
+inline constexpr int64_t kSlabUnit = int64_t{16} << 10;  // a block wastes less than this
+class HugePageSlabs {
+ public:
+  HugePageSlabs() = default;
+  ~HugePageSlabs();  // frees every page, blocks still held included
+  HugePageSlabs(const HugePageSlabs&) = delete;
+  HugePageSlabs& operator=(const HugePageSlabs&) = delete;
+
+  // A kSlabUnit-aligned block of 1 to 2 MiB bytes; nullptr when out of memory (or larger).
+  std::byte* take(int64_t bytes);
+  // Gives back a block take() returned for the same `bytes`.
+  void give(std::byte* data, int64_t bytes);
+  // Huge pages held now.
+  int64_t pages() const { return static_cast<int64_t>(pages_.size()); }
+
+ private:
+  struct Page {
+    std::byte* data = nullptr;
+    uint64_t used[2] = {0, 0};  // bit u of the page's 128 units: unit u is taken
+  };
+  std::vector<Page> pages_;
+};
 
 }  // namespace tessera

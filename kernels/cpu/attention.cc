@@ -326,8 +326,12 @@ struct Avx2Groups {
 using BlockFn = void (*)(const RowBatch& b, int g, bool scores, int64_t i0, int64_t i1);
 
 // Values fetched into L2 during the scores (by kBlock, with the next block's keys) when all of
-// them take at most this many bytes; they then wait there for the weighted sums.
-constexpr int64_t kEarlyValueBytes = 256 << 10;
+// them take at most this many bytes; they then wait there for the weighted sums. Larger values
+// are not: Gemma-3-270M's sliding-window layers (512 keys, 256 KiB of f16 values) took 44 us a
+// call inside a decode step with them fetched early and 32 us without (eight prefetches per
+// key on top of the keys' own crowd out the loads in flight); SmolLM2-135M at context 128
+// (48 KiB) keeps them.
+constexpr int64_t kEarlyValueBytes = 64 << 10;
 
 // The rows of a batch (K/V elements of type T: float, or uint16_t for f16): scores block by
 // block (each block's keys read once for every row, in memory order), each row's softmax, then

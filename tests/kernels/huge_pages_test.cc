@@ -1,5 +1,7 @@
 // HugePageChunks (kernels/huge_pages.h): 64-byte aligned blocks bump-allocated from shared
-// chunks of at least 64 MiB, 2 MiB aligned; a block keeps its chunk alive.
+// chunks of at least 64 MiB, 2 MiB aligned; a block keeps its chunk alive. HugePageSlabs: blocks
+// of 16 KiB units placed first fit in shared 2 MiB pages, a page freed with its last block.
+// huge_buffer_new: single buffers of 1.5 MiB and more in huge pages of their own.
 #include "kernels/huge_pages.h"
 
 #include <doctest/doctest.h>
@@ -7,6 +9,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 using namespace tessera;
 
@@ -71,3 +74,60 @@ TEST_CASE("huge pages: single buffers from 1.5 MiB on are 2 MiB aligned, rounded
   }
   huge_buffer_delete(nullptr, kPage);
 }
+
+TEST_CASE("huge pages: slab blocks share 2 MiB pages first fit, and a page goes with its last block") {
+  constexpr int64_t kKiB = 1024, kPage = int64_t{2} << 20;
+  const auto at = [](const std::byte* p) { return reinterpret_cast<uintptr_t>(p); };
+  const auto page_of = [&](const std::byte* p) { return at(p) / kPage; };
+  HugePageSlabs slabs;
+  CHECK(slabs.pages() == 0);
+  // Three 557 KiB blocks (35 units each: a Gemma-3 layer's K cache at ~1100 tokens) fill a page
+  // to 105 of its 128 units; the fourth opens a second page.
+  constexpr int64_t kBlock = 557 * kKiB;
+  std::vector<std::byte*> blocks;
+  for (int i = 0; i < 4; ++i) {
+    blocks.push_back(slabs.take(kBlock));
+    REQUIRE(blocks.back() != nullptr);
+    CHECK(at(blocks.back()) % kSlabUnit == 0);
+  }
+  CHECK(slabs.pages() == 2);
+  CHECK(at(blocks[0]) % kPage == 0);
+  CHECK(at(blocks[1]) == at(blocks[0]) + 35 * kSlabUnit);
+  CHECK(at(blocks[2]) == at(blocks[0]) + 70 * kSlabUnit);
+  CHECK(page_of(blocks[3]) != page_of(blocks[0]));
+  CHECK(at(blocks[3]) % kPage == 0);
+  // Each block holds its own bytes: fill each with its index, then check all of them.
+  for (size_t i = 0; i < blocks.size(); ++i) std::memset(blocks[i], static_cast<int>(i + 1), static_cast<size_t>(kBlock));
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    CHECK(blocks[i][0] == std::byte(i + 1));
+    CHECK(blocks[i][kBlock - 1] == std::byte(i + 1));
+  }
+  // The 23 units left in the first page take a block of up to 368 KiB; one more unit does not fit.
+  std::byte* tail = slabs.take(23 * kSlabUnit);
+  CHECK(at(tail) == at(blocks[0]) + 105 * kSlabUnit);
+  std::byte* over = slabs.take(2 * kSlabUnit);  // first fit: the second page, after blocks[3]
+  CHECK(at(over) == at(blocks[3]) + 35 * kSlabUnit);
+  CHECK(slabs.pages() == 2);
+  // A block given back leaves a hole the next block that fits takes (first fit).
+  slabs.give(blocks[1], kBlock);
+  std::byte* again = slabs.take(100 * kKiB);  // 7 units
+  CHECK(at(again) == at(blocks[1]));
+  // The second page goes once its last block is given back; the first stays while it holds any.
+  slabs.give(blocks[3], kBlock);
+  CHECK(slabs.pages() == 2);
+  slabs.give(over, 2 * kSlabUnit);
+  CHECK(slabs.pages() == 1);
+  for (std::byte* p : {blocks[0], blocks[2]}) slabs.give(p, kBlock);
+  slabs.give(tail, 23 * kSlabUnit);
+  CHECK(slabs.pages() == 1);
+  slabs.give(again, 100 * kKiB);
+  CHECK(slabs.pages() == 0);
+  // Sizes: a block of a whole page fits, a larger one is refused; a null block is ignored.
+  std::byte* whole = slabs.take(kPage);
+  CHECK(whole != nullptr);
+  CHECK(slabs.take(kPage + 1) == nullptr);
+  slabs.give(nullptr, kBlock);
+  slabs.give(whole, kPage);
+  CHECK(slabs.pages() == 0);
+}
+
