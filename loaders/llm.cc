@@ -118,9 +118,14 @@ void LlmModel::build() {
     const std::string p = absl::StrCat("blk.", layer, ".");
     const bool sliding = c.is_sliding(layer);
     Tensor h = rms_norm(x, weight(p + "attn_norm.weight"), c.rms_eps);
-    Tensor q = reshape(linear(h, weight(p + "attn_q.weight")), {T, c.heads, c.head_dim});
-    Tensor k = reshape(linear(h, weight(p + "attn_k.weight")), {T, c.kv_heads, c.head_dim});
-    Tensor v = reshape(linear(h, weight(p + "attn_v.weight")), {T, c.kv_heads, c.head_dim});
+    // The three projections before their reshapes: their steps run back to back and their
+    // packed weights lie back to back, one stream for the hardware prefetcher.
+    Tensor q = linear(h, weight(p + "attn_q.weight"));
+    Tensor k = linear(h, weight(p + "attn_k.weight"));
+    Tensor v = linear(h, weight(p + "attn_v.weight"));
+    q = reshape(q, {T, c.heads, c.head_dim});
+    k = reshape(k, {T, c.kv_heads, c.head_dim});
+    v = reshape(v, {T, c.kv_heads, c.head_dim});
     if (gemma) {
       q = rms_norm(q, weight(p + "attn_q_norm.weight"), c.rms_eps);
       k = rms_norm(k, weight(p + "attn_k_norm.weight"), c.rms_eps);
