@@ -25,6 +25,7 @@ struct HostStep {
   int64_t cost = 1;  // work per output element (the reduction depth of matmul-like ops)
   int split_from = 0;  // the outermost axis tile_of prefers to cut
   int split_unit = 1;  // cuts of that axis fall on multiples of this (absolute coordinates)
+  int64_t kv_heads = 0;  // attention: its K/V heads (0 for other ops; see run())
   // The weight bytes a linear streams from memory (its packed weight, or its constant weight
   // when nothing was prepared); empty for other steps. Waiting team members read ahead into
   // them (HostBackend::read_ahead).
@@ -227,6 +228,10 @@ absl::StatusOr<std::unique_ptr<PreparedPlan>> HostBackend::prepare(const Graph& 
     if (absl::Status supported = supports(graph, node); !supported.ok()) return supported;
     HostStep step{kernel_for(graph, node), &node, kernel_node(graph, node).constant_data, nullptr,
                   work_per_element(graph, node), preferred_split_axis(node), split_unit(graph, node)};
+    if (node.kind == OpKind::Attention && node.rank() >= 3) {
+      const Shape& k = graph.node(node.inputs[1]).shape;
+      step.kv_heads = k[k.size() - 2];
+    }
     if (step.kernel == nullptr)
       return absl::InternalError("[backend] supported op without a kernel");
     step.prepared = prepare_node(graph, node, step.kernel);
@@ -326,7 +331,17 @@ absl::Status HostBackend::run(const PreparedPlan& prepared, std::span<const Step
     }
     tiles_[j].claimed.store(0, std::memory_order_relaxed);
     tiles_[j].done.store(0, std::memory_order_relaxed);
-    tiles_[j].total = static_cast<uint32_t>(tile_count(widest, elements * step.cost, members, step.split_from, step.split_unit));
+    int tiles = tile_count(widest, elements * step.cost, members, step.split_from, step.split_unit);
+    // A decode step's attention (too few query rows to cut) is cut along its heads: a member
+    // then reads and converts the keys and values of every K/V head its heads use, for only its
+    // share of the query heads. With fewer K/V heads than members (Gemma-3: one) every member
+    // converts all of them; such an attention is one tile (member 0's) while the others read
+    // ahead (Gemma-3-270M, 2 threads, decode steps alternating the two ways in one process:
+    // 0.6-1.7% less time per step with one tile, at context 128 and 1024).
+    if (step.kv_heads > 0 && step.kv_heads < members && widest.rank() >= 3 &&
+        widest.extent(widest.rank() - 3) < int64_t{members} * min_tile_extent(widest.rank() - 3, widest.rank(), step.split_from, step.split_unit))
+      tiles = 1;
+    tiles_[j].total = static_cast<uint32_t>(tiles);
   }
   // For read_ahead: each launch's first streaming launch at or after it, and the bytes streamed
   // by the launches before each.
