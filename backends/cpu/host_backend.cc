@@ -25,7 +25,7 @@ struct HostStep {
   int64_t cost = 1;  // work per output element (the reduction depth of matmul-like ops)
   int split_from = 0;  // the outermost axis tile_of prefers to cut
   int split_unit = 1;  // cuts of that axis fall on multiples of this (absolute coordinates)
-  int64_t kv_heads = 0;  // attention: its K/V heads (0 for other ops; see run())
+  int64_t kv_heads = 0, q_heads = 0;  // attention: its K/V and query heads (0 for other ops; see run())
   // The weight bytes a linear streams from memory (its packed weight, or its constant weight
   // when nothing was prepared); empty for other steps. Waiting team members read ahead into
   // them (HostBackend::read_ahead).
@@ -231,6 +231,7 @@ absl::StatusOr<std::unique_ptr<PreparedPlan>> HostBackend::prepare(const Graph& 
     if (node.kind == OpKind::Attention && node.rank() >= 3) {
       const Shape& k = graph.node(node.inputs[1]).shape;
       step.kv_heads = k[k.size() - 2];
+      step.q_heads = node.shape[node.shape.size() - 2];
     }
     if (step.kernel == nullptr)
       return absl::InternalError("[backend] supported op without a kernel");
@@ -335,10 +336,11 @@ absl::Status HostBackend::run(const PreparedPlan& prepared, std::span<const Step
     // A decode step's attention (too few query rows to cut) is cut along its heads: a member
     // then reads and converts the keys and values of every K/V head its heads use, for only its
     // share of the query heads. With fewer K/V heads than members (Gemma-3: one) every member
-    // converts all of them; such an attention is one tile (member 0's) while the others read
-    // ahead (Gemma-3-270M, 2 threads, decode steps alternating the two ways in one process:
-    // 0.6-1.7% less time per step with one tile, at context 128 and 1024).
-    if (step.kv_heads > 0 && step.kv_heads < members && widest.rank() >= 3 &&
+    // converts all of them; when that buys each member only two query heads or fewer, the
+    // attention is one tile (member 0's) while the others read ahead (Gemma-3-270M, 4 query
+    // heads, 2 threads, decode steps alternating the two ways in one process: 0.6-1.7% less
+    // time per step with one tile, at context 128 and 1024; more heads were not measured).
+    if (step.kv_heads > 0 && step.kv_heads < members && step.q_heads <= 2 * members && widest.rank() >= 3 &&
         widest.extent(widest.rank() - 3) < int64_t{members} * min_tile_extent(widest.rank() - 3, widest.rank(), step.split_from, step.split_unit))
       tiles = 1;
     tiles_[j].total = static_cast<uint32_t>(tiles);
