@@ -19,6 +19,19 @@ void relax() {
 #endif
 }
 
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Polls `word` up to `polls` times (a pause between polls); true once it differs from `seen`.
+bool poll_changed(const std::atomic<uint32_t>& word, uint32_t seen, int polls) {
+  for (int i = 0; i < polls; ++i) {
+    if (word.load(std::memory_order_acquire) != seen) return true;
+    relax();
+  }
+  return false;
+}
+
 }  // namespace
 
 int WorkerTeam::default_size() {
@@ -57,10 +70,7 @@ WorkerTeam::~WorkerTeam() {
 }
 
 void WorkerTeam::wait_until_changed(const std::atomic<uint32_t>& word, uint32_t seen) {
-  for (int i = 0; i < kSpins; ++i) {
-    if (word.load(std::memory_order_acquire) != seen) return;
-    relax();
-  }
+  if (poll_changed(word, seen, kSpins)) return;
   while (word.load(std::memory_order_acquire) == seen) word.wait(seen, std::memory_order_acquire);
 }
 
@@ -94,12 +104,6 @@ void WorkerTeam::run(const std::function<void(int)>& fn) {
   job_ = nullptr;
 }
 
-namespace {
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-}  // namespace
-
 void WorkerTeam::wake() {
   if (size_ == 1) return;
   const int64_t until = now_ns() + std::chrono::duration_cast<std::chrono::nanoseconds>(kWakeWindow).count();
@@ -119,16 +123,8 @@ void WorkerTeam::member_loop(int member) {
     // wake()) starts the polling again. The bell is read before the generation: a run started
     // after that read has rung it, so the sleep returns at once.
     while (true) {
-      bool started = false;
-      for (int i = 0; i < kSpins && !started; ++i) {
-        started = generation_.load(std::memory_order_acquire) != seen;
-        if (!started) relax();
-      }
-      while (!started && now_ns() < awake_until_.load(std::memory_order_relaxed))
-        for (int i = 0; i < 64 && !started; ++i) {
-          started = generation_.load(std::memory_order_acquire) != seen;
-          if (!started) relax();
-        }
+      bool started = poll_changed(generation_, seen, kSpins);
+      while (!started && now_ns() < awake_until_.load(std::memory_order_relaxed)) started = poll_changed(generation_, seen, 64);
       if (started) break;
       const uint32_t bell = doorbell_.load(std::memory_order_acquire);
       if (generation_.load(std::memory_order_acquire) != seen) break;
