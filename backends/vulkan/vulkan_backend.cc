@@ -201,6 +201,9 @@ class VulkanBackend final : public Backend {
   absl::StatusOr<Recorded> resolve_launch(const VkStep& step, const StepLaunch& launch,
                                           std::vector<int32_t>& params);
   absl::Status submit(std::vector<Recorded>& recorded, const std::vector<int32_t>& params);
+  // Makes `buffer` (a host buffer: parameters, staging) hold at least `bytes`: when smaller, a new
+  // one of twice its size or `bytes`, whichever is more (its contents are not kept).
+  absl::Status grow(DeviceBuffer& buffer, int64_t bytes, vulkan::Device::Use use);
   absl::Status begin_commands();
   absl::Status end_and_submit();
   // Records a global memory barrier into the command buffer.
@@ -261,13 +264,7 @@ absl::Status VulkanBackend::staged_copy(const DeviceBuffer& buffer, const Buffer
     return absl::OkStatus();
   });
   if (!listed.ok() || runs.empty()) return listed;
-  if (total > staging_.bytes) {
-    const int64_t grown = std::max(total, 2 * staging_.bytes);
-    device_.destroy(staging_);
-    absl::StatusOr<DeviceBuffer> b = device_.make_buffer(grown, vulkan::Device::Use::kStaging);
-    if (!b.ok()) return b.status();
-    staging_ = *b;
-  }
+  if (absl::Status st = grow(staging_, total, vulkan::Device::Use::kStaging); !st.ok()) return st;
   if (in) std::memcpy(staging_.mapped, host, static_cast<size_t>(total));
   if (absl::Status st = begin_commands(); !st.ok()) return st;
   const VkPipelineStageFlags work = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
@@ -417,14 +414,7 @@ absl::Status VulkanBackend::reserve(size_t sets, size_t descriptors, size_t para
   } else {
     vkResetDescriptorPool(d, pool_, 0);
   }
-  if (static_cast<int64_t>(param_bytes) > params_.bytes) {
-    const int64_t grown = std::max<int64_t>(static_cast<int64_t>(param_bytes), 2 * params_.bytes);
-    device_.destroy(params_);  // (resets params_)
-    absl::StatusOr<DeviceBuffer> b = device_.make_buffer(grown, vulkan::Device::Use::kParams);
-    if (!b.ok()) return b.status();
-    params_ = *b;
-  }
-  return absl::OkStatus();
+  return grow(params_, static_cast<int64_t>(param_bytes), vulkan::Device::Use::kParams);
 }
 
 // Records the resolved launches into the command buffer and submits it (the queue is idle).
@@ -479,6 +469,16 @@ absl::Status VulkanBackend::submit(std::vector<Recorded>& recorded,
   barrier(VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT, VK_PIPELINE_STAGE_HOST_BIT,
           VK_ACCESS_HOST_READ_BIT);  // copy_out reads the mapped memory
   return end_and_submit();
+}
+
+absl::Status VulkanBackend::grow(DeviceBuffer& buffer, int64_t bytes, vulkan::Device::Use use) {
+  if (bytes <= buffer.bytes) return absl::OkStatus();
+  const int64_t grown = std::max(bytes, 2 * buffer.bytes);  // before destroy() resets the size
+  device_.destroy(buffer);
+  absl::StatusOr<DeviceBuffer> b = device_.make_buffer(grown, use);
+  if (!b.ok()) return b.status();
+  buffer = *b;
+  return absl::OkStatus();
 }
 
 // The command buffer, reset and begun for one submission (the queue is idle).
