@@ -92,6 +92,8 @@ class HostBackend : public Backend {
   };
   void read_ahead(const PreparedPlan& prepared, std::span<const StepLaunch> launches, size_t j,
                   const LaunchTiles& previous, ReadCursor& cursor) const;
+  static constexpr size_t kNoLaunch = ~size_t{0};
+  std::vector<size_t> kv_prefetch_;       // per launch of the current run (1 thread; see run())
   std::vector<size_t> next_stream_;       // per launch of the current run (and one past the last)
   std::vector<int64_t> streamed_before_;  // per launch of the current run (and one past the last)
   std::vector<double>* launch_times_ = nullptr;
