@@ -58,11 +58,16 @@ void plan_read(const Graph& graph, NodeId target, const Box& box, const ReadStat
     scratch.need.resize(static_cast<size_t>(graph.size()));
     scratch.wanted.resize(static_cast<size_t>(graph.size()), 0);
   }
-  for (NodeId id : scratch.touched) {
-    scratch.need[static_cast<size_t>(id)].clear();
-    scratch.wanted[static_cast<size_t>(id)] = 0;
-  }
-  scratch.touched.clear();
+  // What a read left behind is cleared at its end, while still in cache; this clears only
+  // after a read that threw.
+  auto clear_touched = [&] {
+    for (NodeId id : scratch.touched) {
+      scratch.need[static_cast<size_t>(id)].clear();
+      scratch.wanted[static_cast<size_t>(id)] = 0;
+    }
+    scratch.touched.clear();
+  };
+  clear_touched();
   scratch.stepped.clear();
   auto want_of = [&](NodeId id) -> Region& {
     Region& r = scratch.need[static_cast<size_t>(id)];
@@ -134,6 +139,7 @@ void plan_read(const Graph& graph, NodeId target, const Box& box, const ReadStat
     step.compute.swap(scratch.need[static_cast<size_t>(*it)]);
   }
   if (explain != nullptr) std::reverse(explain->begin(), explain->end());
+  clear_touched();
 }
 
 }  // namespace tessera

@@ -30,6 +30,9 @@ void propagate_dirt(const Graph& graph, NodeId input, const Box& box, DirtScratc
 std::vector<Region> propagate_dirt(const Graph& graph, NodeId input, const Box& box);
 
 struct Step {
+  // Not value-initialised: a Step's inline box storage is 160 bytes that plan_read would zero
+  // (rep stos) for every step of every read before swapping the computed region in.
+  Step() : node(-1) {}
   NodeId node;
   Region compute;  // elements of `node` to compute, disjoint boxes
 };
