@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/op_def.h"
+#include "engine/prefetch.h"
 
 namespace tessera {
 
@@ -188,6 +189,19 @@ class HostPreparedPlan final : public PreparedPlan {
   int members = 1;             // team size the scratch was sized for
 };
 
+// While launch j runs, what launch j + 1 reads before its kernel starts (its step, node and
+// input views) and the step of launch j + 2 are fetched: a decode step's weight stream evicts
+// them, and each line found in memory stalls the launch ~100 ns. SmolLM2-135M decode, steps
+// alternating with and without in one process: 0.3-1.4% less time per token (1 thread).
+void prefetch_launch(const HostPreparedPlan& plan, std::span<const StepLaunch> launches, size_t j) {
+  if (j + 1 >= launches.size()) return;
+  if (j + 2 < launches.size()) prefetch_object(&plan.steps[static_cast<size_t>(launches[j + 2].step)], sizeof(HostStep));
+  const HostStep& next = plan.steps[static_cast<size_t>(launches[j + 1].step)];
+  prefetch_object(next.node, sizeof(Node));
+  if (!launches[j + 1].inputs.empty())
+    prefetch_object(launches[j + 1].inputs.data(), launches[j + 1].inputs.size() * sizeof(KernelInput));
+}
+
 }  // namespace
 
 HostBackend::~HostBackend() {
@@ -359,6 +373,7 @@ absl::Status HostBackend::run(const PreparedPlan& prepared, std::span<const Step
       else if (step.stream_bytes > 0) last_stream = j;
     }
     for (size_t j = 0; j < launches.size(); ++j) {
+      prefetch_launch(*plan, launches, j);
       if (const size_t a = kv_prefetch_[j]; a != kNoLaunch)
         prefetch_kv(plan->steps[static_cast<size_t>(launches[a].step)], launches[a]);
       const auto start = launch_times_ != nullptr ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
