@@ -132,6 +132,12 @@ void GraphSession::execute(const Plan& plan, std::span<const Step> steps, bool c
   size_t next = 0, begin = 0, failed = steps.size();
   absl::Status status;
   for (size_t i = 0; i < steps.size() && status.ok(); ++i) {
+    // The inputs' values and nodes a few steps ahead (the weights' are evicted between reads).
+    if (i + kPrefetchAhead < steps.size())
+      for (NodeId in : graph_->node(steps[i + kPrefetchAhead].node).inputs) {
+        prefetch_object(&values_[static_cast<size_t>(in)].view, sizeof(TensorView));
+        prefetch_object(&graph_->node(in).shape, sizeof(Shape));
+      }
     // A change of backend: the previous segment completes before this one reads its outputs.
     if (i > begin && plan.on_fallback[i] != plan.on_fallback[i - 1]) {
       status = run_segment(plan, begin, i, scratch, count, failed);
@@ -152,8 +158,14 @@ void GraphSession::execute(const Plan& plan, std::span<const Step> steps, bool c
   // Steps before a failed one completed: their values are valid.
   const size_t done = status.ok() ? steps.size() : failed;
   for (size_t i = 0; i < done; ++i) {
-    if (i + kPrefetchAhead < done && kept_[static_cast<size_t>(steps[i + kPrefetchAhead].node)])
-      prefetch_object(&valid_[static_cast<size_t>(steps[i + kPrefetchAhead].node)], sizeof(Region));
+    if (i + kPrefetchAhead < done) {
+      const size_t ahead = static_cast<size_t>(steps[i + kPrefetchAhead].node);
+      if (kept_[ahead]) prefetch_object(&valid_[ahead], sizeof(Region));
+      if (const NodeId u = to_user_[ahead]; count && u >= 0) {
+        __builtin_prefetch(&stats_.kernels_per_node[static_cast<size_t>(u)], 1);
+        __builtin_prefetch(&stats_.elements_per_node[static_cast<size_t>(u)], 1);
+      }
+    }
     const Step& step = steps[i];
     for (const Box& b : step.compute.boxes()) {
       if (count && to_user_[static_cast<size_t>(step.node)] >= 0) {
@@ -192,7 +204,10 @@ void GraphSession::execute(const Plan& plan, std::span<const Step> steps, bool c
 // Without mirrors execute never marks a transient valid (and apply_kept's drop clears the valid
 // region of a value that stops being kept), so only the view's address needs forgetting.
 void GraphSession::reset_transients(std::span<const Step> steps) {
-  for (const Step& step : steps)
+  for (size_t i = 0; i < steps.size(); ++i) {
+    if (i + kPrefetchAhead < steps.size())
+      __builtin_prefetch(&values_[static_cast<size_t>(steps[i + kPrefetchAhead].node)].view.data, 1);
+    const Step& step = steps[i];
     if (!kept_[static_cast<size_t>(step.node)]) {
       values_[static_cast<size_t>(step.node)].view.data = nullptr;
       if (!mirrors_.empty()) {
@@ -200,6 +215,7 @@ void GraphSession::reset_transients(std::span<const Step> steps) {
         mirrors_[static_cast<size_t>(step.node)].valid.clear();
       }
     }
+  }
 }
 
 void GraphSession::read_checked(NodeId node, const Box& box, std::span<std::byte> out, DType dtype) {
