@@ -387,6 +387,7 @@ void GraphSession::write(std::string_view input, const Box& box, std::span<const
       dirtied_by_[static_cast<size_t>(k)] = sequence;
     }
   }
+  clear_dirt(dirt_scratch_);
 }
 
 void GraphSession::read(std::string_view output, const Box& box, std::span<std::byte> out) {

@@ -7,6 +7,14 @@
 
 namespace tessera {
 
+void clear_dirt(DirtScratch& scratch) {
+  for (NodeId id : scratch.touched) {
+    scratch.dirty[static_cast<size_t>(id)].clear();
+    scratch.listed[static_cast<size_t>(id)] = 0;
+  }
+  scratch.touched.clear();
+}
+
 void propagate_dirt(const Graph& graph, NodeId input, const Box& box, DirtScratch& scratch) {
   std::vector<Region>& dirty = scratch.dirty;
   std::vector<uint8_t>& listed = scratch.listed;
@@ -14,11 +22,7 @@ void propagate_dirt(const Graph& graph, NodeId input, const Box& box, DirtScratc
     dirty.resize(static_cast<size_t>(graph.size()));
     listed.resize(static_cast<size_t>(graph.size()), 0);
   }
-  for (NodeId id : scratch.touched) {
-    dirty[static_cast<size_t>(id)].clear();
-    listed[static_cast<size_t>(id)] = 0;
-  }
-  scratch.touched.clear();
+  clear_dirt(scratch);  // after a caller that did not (or a propagation that threw)
   scratch.touched.push_back(input);  // listed before its dirt is set (see below)
   listed[static_cast<size_t>(input)] = 1;
   dirty[static_cast<size_t>(input)] = Region(box);

@@ -26,6 +26,9 @@ struct DirtScratch {
 // (rank 0 or their own rank); scratch.touched lists, in ascending order, every node with dirt
 // (and may list some whose dirt is empty).
 void propagate_dirt(const Graph& graph, NodeId input, const Box& box, DirtScratch& scratch);
+// Empties the scratch's dirt. A caller done with it calls this while the regions are still in
+// cache (propagate_dirt clears what is left otherwise, by then usually from memory).
+void clear_dirt(DirtScratch& scratch);
 // The same, returned.
 std::vector<Region> propagate_dirt(const Graph& graph, NodeId input, const Box& box);
 
