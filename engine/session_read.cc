@@ -114,7 +114,7 @@ void GraphSession::execute(const Plan& plan, std::span<const Step> steps, bool c
   for (size_t i = 0; i < steps.size(); ++i) {
     if (i + kPrefetchAhead < steps.size()) {
       const NodeId ahead = steps[i + kPrefetchAhead].node;
-      prefetch_object(&graph_->node(ahead), sizeof(Node));
+      prefetch_node(graph_->node(ahead));
       prefetch_object(&values_[static_cast<size_t>(ahead)], sizeof(Value));
     }
     const Step& step = steps[i];

@@ -28,7 +28,7 @@ void propagate_dirt(const Graph& graph, NodeId input, const Box& box, DirtScratc
   dirty[static_cast<size_t>(input)] = Region(box);
   // Nodes are in topological order: every input id is smaller than its consumer's id.
   for (NodeId id = input + 1; id < graph.size(); ++id) {
-    if (id + kPrefetchAhead < graph.size()) prefetch_object(&graph.node(id + kPrefetchAhead), sizeof(Node));
+    if (id + kPrefetchAhead < graph.size()) prefetch_node(graph.node(id + kPrefetchAhead));
     const Node& node = graph.node(id);
     for (int k = 0; k < static_cast<int>(node.inputs.size()); ++k) {
       const size_t in_id = static_cast<size_t>(node.inputs[static_cast<size_t>(k)]);
@@ -89,7 +89,7 @@ void plan_read(const Graph& graph, NodeId target, const Box& box, const ReadStat
   // node after all of its readers have added their need.
   for (NodeId id = target; id >= 0; --id) {
     if (const NodeId a = id - kPrefetchAhead; a >= 0 && !state.fixed[static_cast<size_t>(a)]) {
-      prefetch_object(&graph.node(a), sizeof(Node));
+      prefetch_node(graph.node(a));
       prefetch_object(&state.valid[static_cast<size_t>(a)], sizeof(Region));
       prefetch_object(&scratch.need[static_cast<size_t>(a)], sizeof(Region));
     }

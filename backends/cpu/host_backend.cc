@@ -197,7 +197,7 @@ void prefetch_launch(const HostPreparedPlan& plan, std::span<const StepLaunch> l
   if (j + 1 >= launches.size()) return;
   if (j + 2 < launches.size()) prefetch_object(&plan.steps[static_cast<size_t>(launches[j + 2].step)], sizeof(HostStep));
   const HostStep& next = plan.steps[static_cast<size_t>(launches[j + 1].step)];
-  prefetch_object(next.node, sizeof(Node));
+  prefetch_node(*next.node);
   if (!launches[j + 1].inputs.empty())
     prefetch_object(launches[j + 1].inputs.data(), launches[j + 1].inputs.size() * sizeof(KernelInput));
 }
