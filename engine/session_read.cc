@@ -109,49 +109,48 @@ void GraphSession::execute(const Plan& plan, std::span<const Step> steps, bool c
   std::span<std::byte> scratch;
   if (plan.arena_bytes > plan.scratch_offset)
     scratch = std::span<std::byte>(arena + plan.scratch_offset, static_cast<size_t>(plan.arena_bytes - plan.scratch_offset));
-  // Every step's output view first (kept buffers, arena offsets), then every step's inputs.
-  size_t total_inputs = 0;
-  for (size_t i = 0; i < steps.size(); ++i) {
-    if (i + kPrefetchAhead < steps.size()) {
-      const NodeId ahead = steps[i + kPrefetchAhead].node;
-      prefetch_node(graph_->node(ahead));
-      prefetch_object(&values_[static_cast<size_t>(ahead)], sizeof(Value));
-    }
-    const Step& step = steps[i];
-    const PlanStep& ps = plan.steps[i];  // the arena placement; the kernel is in plan.prepared
-    const Node& n = graph_->node(step.node);
-    Value& v = values_[static_cast<size_t>(step.node)];
-    if (on_device(step.node)) device_view(step.node, plan, ps, step.compute.bounding_box());
-    else if (ps.arena_offset < 0) ensure_buffer(step.node, Box::full(n.shape));
-    else if (target_out != nullptr && i + 1 == steps.size()) v.view = dense_view(target_out, n.dtype, step.compute.bounding_box());
-    else v.view = dense_view(arena + ps.arena_offset, n.dtype, step.compute.bounding_box());
-    total_inputs += n.inputs.size();
-  }
-  input_views_.resize(total_inputs);
+  // One pass in topological order: a step's output view (kept buffer, arena offset), then its
+  // input views, whose producers came earlier (or are kept, fixed or copied over by input_view).
+  input_views_.resize(static_cast<size_t>(plan.inputs));
   launches_.resize(steps.size());
   size_t next = 0, begin = 0, failed = steps.size();
   absl::Status status;
   for (size_t i = 0; i < steps.size() && status.ok(); ++i) {
-    // The inputs' values and nodes a few steps ahead (the weights' are evicted between reads).
-    if (i + kPrefetchAhead < steps.size())
-      for (NodeId in : graph_->node(steps[i + kPrefetchAhead].node).inputs) {
+    // A few steps ahead: the node and value, and the inputs' values and nodes (the weights'
+    // are evicted between reads).
+    if (i + kPrefetchAhead < steps.size()) {
+      const NodeId ahead = steps[i + kPrefetchAhead].node;
+      const Node& n = graph_->node(ahead);
+      prefetch_node(n);
+      prefetch_object(&values_[static_cast<size_t>(ahead)], sizeof(Value));
+      for (NodeId in : n.inputs) {
         prefetch_object(&values_[static_cast<size_t>(in)].view, sizeof(TensorView));
         prefetch_object(&graph_->node(in).shape, sizeof(Shape));
       }
+    }
     // A change of backend: the previous segment completes before this one reads its outputs.
     if (i > begin && plan.on_fallback[i] != plan.on_fallback[i - 1]) {
       status = run_segment(plan, begin, i, scratch, count, failed);
       if (!status.ok()) break;
       begin = i;
     }
-    const Node& n = graph_->node(steps[i].node);
-    const bool device_step = on_device(steps[i].node);
+    const Step& step = steps[i];
+    const PlanStep& ps = plan.steps[i];  // the arena placement; the kernel is in plan.prepared
+    const Node& n = graph_->node(step.node);
+    Value& v = values_[static_cast<size_t>(step.node)];
+    const bool device_step = on_device(step.node);
+    if (device_step) device_view(step.node, plan, ps, step.compute.bounding_box());
+    else if (ps.arena_offset < 0) ensure_buffer(step.node, Box::full(n.shape));
+    else if (target_out != nullptr && i + 1 == steps.size()) v.view = dense_view(target_out, n.dtype, step.compute.bounding_box());
+    else v.view = dense_view(arena + ps.arena_offset, n.dtype, step.compute.bounding_box());
+    if (next + n.inputs.size() > input_views_.size())
+      throw Error("[plan] internal error: a plan's input count does not match its steps");
     for (size_t k = 0; k < n.inputs.size(); ++k) {
-      static_cast<TensorView&>(input_views_[next + k]) = input_view(steps[i], static_cast<int>(k), device_step);
+      static_cast<TensorView&>(input_views_[next + k]) = input_view(step, static_cast<int>(k), device_step);
       input_views_[next + k].shape = graph_->node(n.inputs[k]).shape;
     }
     launches_[i] = StepLaunch{plan.backend_step[i], std::span<const KernelInput>(input_views_.data() + next, n.inputs.size()),
-                              values_[static_cast<size_t>(steps[i].node)].view, steps[i].compute.boxes()};
+                              v.view, step.compute.boxes()};
     next += n.inputs.size();
   }
   if (status.ok() && !steps.empty()) status = run_segment(plan, begin, steps.size(), scratch, count, failed);
@@ -161,6 +160,7 @@ void GraphSession::execute(const Plan& plan, std::span<const Step> steps, bool c
     if (i + kPrefetchAhead < done) {
       const size_t ahead = static_cast<size_t>(steps[i + kPrefetchAhead].node);
       if (kept_[ahead]) prefetch_object(&valid_[ahead], sizeof(Region));
+      else if (target_out != nullptr) __builtin_prefetch(&values_[ahead].view.data, 1);
       if (const NodeId u = to_user_[ahead]; count && u >= 0) {
         __builtin_prefetch(&stats_.kernels_per_node[static_cast<size_t>(u)], 1);
         __builtin_prefetch(&stats_.elements_per_node[static_cast<size_t>(u)], 1);
@@ -183,8 +183,13 @@ void GraphSession::execute(const Plan& plan, std::span<const Step> steps, bool c
       stats_.steps += 1;
     }
     // A transient value is valid only until reset_transients, which follows this read's copy
-    // out; nothing reads its valid region in between (mirrors aside).
-    if (!kept_[static_cast<size_t>(step.node)] && mirrors_.empty()) continue;
+    // out; nothing reads its valid region in between (mirrors aside). With the target computed
+    // straight into the caller's memory there is no copy out: its view is forgotten here, in
+    // reset_transients' stead.
+    if (!kept_[static_cast<size_t>(step.node)] && mirrors_.empty()) {
+      if (target_out != nullptr) values_[static_cast<size_t>(step.node)].view.data = nullptr;
+      continue;
+    }
     Region& valid = valid_[static_cast<size_t>(step.node)];
     valid.add(step.compute);
     valid.shrink_to(options_.max_valid_boxes);
@@ -297,7 +302,7 @@ void GraphSession::read_checked(NodeId node, const Box& box, std::span<std::byte
     reset_transients(steps_);
     throw;
   }
-  reset_transients(steps_);
+  if (!direct || !mirrors_.empty()) reset_transients(steps_);  // else execute did
   stats_.plans = plans_.stats();
   stats_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }

@@ -143,6 +143,7 @@ std::unique_ptr<Plan> compile_plan(const Graph& graph, PlanPattern pattern) {
     s.node = requests[i].node;
     s.arena_offset = memory.placements[i].offset;
     s.in_place = memory.placements[i].in_place;
+    plan->inputs += static_cast<int64_t>(graph.node(s.node).inputs.size());
   }
   return plan;
 }

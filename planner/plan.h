@@ -70,6 +70,7 @@ struct Plan {
   std::vector<int32_t> backend_step;
   std::unique_ptr<PreparedPlan> fallback_prepared;
   int64_t in_place_steps = 0;
+  int64_t inputs = 0;  // inputs of all the steps together (a read's input views)
   int64_t runs = 0;
   std::string describe(const Graph& graph) const;  // one line per step, for dumps
 };
