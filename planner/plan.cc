@@ -1,6 +1,7 @@
 #include "planner/plan.h"
 
 #include <algorithm>
+#include <bit>
 
 #include "absl/strings/str_cat.h"
 #include "engine/op_def.h"
@@ -32,6 +33,13 @@ struct Liveness {
   std::vector<int32_t> in_place_of;
 };
 
+// The bounding box of a region, without a copy when it is one box (most steps' are).
+const Box& bound_of(const Region& region, Box& storage) {
+  if (region.boxes().size() == 1) return region.boxes()[0];
+  storage = region.bounding_box();
+  return storage;
+}
+
 Liveness liveness(const Graph& graph, NodeId target, std::span<const Step> steps, std::span<const uint8_t> kept) {
   const int32_t n = static_cast<int32_t>(steps.size());
   Liveness live;
@@ -41,6 +49,7 @@ Liveness liveness(const Graph& graph, NodeId target, std::span<const Step> steps
   std::vector<int32_t> step_index(static_cast<size_t>(graph.size()), -1);
   for (int32_t i = 0; i < n; ++i) step_index[static_cast<size_t>(steps[static_cast<size_t>(i)].node)] = i;
   auto step_of = [&](NodeId node) -> int32_t { return step_index[static_cast<size_t>(node)]; };
+  Box storage, donor_storage;  // bounding boxes of regions of several boxes
   for (int32_t i = 0; i < n; ++i)
     for (NodeId in : graph.node(steps[static_cast<size_t>(i)].node).inputs)
       if (const int32_t j = step_of(in); j >= 0) live.last_use[static_cast<size_t>(j)] = i;
@@ -50,7 +59,7 @@ Liveness liveness(const Graph& graph, NodeId target, std::span<const Step> steps
     const Node& node = graph.node(step.node);
     const bool reshape = node.kind == OpKind::Reshape;
     if (!(elementwise(node.kind) || reshape) || kept[static_cast<size_t>(step.node)]) continue;
-    const Box extent = step.compute.bounding_box();
+    const Box& extent = bound_of(step.compute, storage);
     for (NodeId in : node.inputs) {
       const int32_t j = step_of(in);
       if (j < 0) continue;
@@ -58,7 +67,7 @@ Liveness liveness(const Graph& graph, NodeId target, std::span<const Step> steps
       if (kept[static_cast<size_t>(donor.node)] || live.last_use[static_cast<size_t>(j)] != i ||
           graph.node(donor.node).dtype != node.dtype)
         continue;
-      const Box donor_extent = donor.compute.bounding_box();
+      const Box& donor_extent = bound_of(donor.compute, donor_storage);
       if (reshape ? !(same_bytes_as_input(node, extent, graph.node(donor.node), donor_extent)) : !(donor_extent == extent))
         continue;
       live.in_place_of[static_cast<size_t>(i)] = j;
@@ -72,8 +81,7 @@ Liveness liveness(const Graph& graph, NodeId target, std::span<const Step> steps
 
 int64_t bucket_extent(int64_t extent, int64_t dim) {
   if (extent >= dim) return dim;
-  int64_t b = 1;
-  while (b < extent) b <<= 1;
+  const int64_t b = extent <= 1 ? 1 : static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(extent)));
   return b < dim ? b : dim;
 }
 
@@ -82,6 +90,7 @@ PlanPattern plan_pattern(const Graph& graph, uint64_t graph_hash, std::string_vi
   PlanPattern p;
   const Liveness live = liveness(graph, target, steps, kept);
   p.words.reserve(4 + steps.size() * 6);
+  Box storage;  // bounding boxes of regions of several boxes
   p.words.push_back(static_cast<int64_t>(graph_hash));
   p.words.push_back(static_cast<int64_t>(XXH3_64bits(backend.data(), backend.size())));
   p.words.push_back(target);
@@ -94,7 +103,7 @@ PlanPattern plan_pattern(const Graph& graph, uint64_t graph_hash, std::string_vi
     p.words.push_back(live.last_use[i]);
     p.words.push_back(live.in_place_of[i]);
     if (is_kept) continue;
-    const Box extent = steps[i].compute.bounding_box();
+    const Box& extent = bound_of(steps[i].compute, storage);
     for (int d = 0; d < extent.rank(); ++d) p.words.push_back(bucket_extent(extent.extent(d), node.shape[static_cast<size_t>(d)]));
   }
   p.key = XXH3_64bits(p.words.data(), p.words.size() * sizeof(int64_t));
