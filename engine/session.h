@@ -93,7 +93,8 @@ struct SessionOptions {
   // pass never absorbs them into a fused op, so their values exist to be kept.
   std::vector<NodeId> keep_always;
   // Time each step of every read (SessionStats::profile). The CPU backends time each launch
-  // inside their one parallel region (with a team: the first member's view, waits included);
+  // inside their one parallel region (with a team: the first member's view, waits included;
+  // a group launch's time is its first member's, the others' zero: HostBackend::run);
   // a device backend then runs each step in a call of its own and synchronizes, so its reads
   // are slower: for finding where time goes, not for measuring throughput.
   bool profile = false;

@@ -124,6 +124,11 @@ class ScratchCarver {
 };
 
 using KernelFn = absl::Status (*)(const KernelArgs& args);
+// A group launch: consecutive launches of one kernel that read the same input 0 over the same
+// box on every axis but the last (the q, k and v projections of a decode step), run as one call
+// that computes each member's output exactly as its own launch would (a group twin of a
+// KernelFn: cpu::group_kernel).
+using GroupKernelFn = absl::Status (*)(std::span<const KernelArgs> members);
 
 // KernelArgs built from a graph, for calling a kernel directly (tests, benchmarks):
 // `kernel(KernelCall{graph, node, views, out, box})`. Owns the inputs; not copyable.

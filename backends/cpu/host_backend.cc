@@ -8,6 +8,7 @@
 #include <new>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "engine/op_def.h"
 #include "engine/prefetch.h"
@@ -34,7 +35,40 @@ struct HostStep {
   // them (HostBackend::read_ahead).
   const char* stream = nullptr;
   int64_t stream_bytes = 0;
+  // The first step of a group (group_size > 1): steps [this, this + group_size) run as one call
+  // of `group` when their launches allow it (groupable()).
+  GroupKernelFn group = nullptr;
+  int group_size = 1;
 };
+
+// At most this many consecutive linears form a group (q, k and v: three; gate and up: two).
+constexpr int kMaxGroup = 4;
+// Group launches of at most this many x rows (the box's volume over its last axis). A group
+// streams its members' weights once per chunk of rows, one after the other: with a decode
+// step's one row that makes q, k and v (or gate and up) one stream of back-to-back packed
+// weights, one x quantisation, one launch; with a prefill's many rows each member's weights
+// are read again for every chunk, and a group's together may not stay in cache between chunks.
+constexpr int64_t kGroupRows = 16;
+
+// Whether launches [j, j + count) (consecutive steps of one group) can run as one group call:
+// one non-empty box each, of at most kGroupRows rows, the same on every axis but the last.
+bool groupable(std::span<const StepLaunch> launches, size_t j, int count) {
+  if (j + static_cast<size_t>(count) > launches.size()) return false;
+  const StepLaunch& lead = launches[j];
+  if (lead.boxes.size() != 1 || lead.boxes[0].empty()) return false;
+  const Box& box = lead.boxes[0];
+  const int last = box.rank() - 1;
+  if (last < 0 || box.volume() / box.extent(last) > kGroupRows) return false;
+  for (int m = 1; m < count; ++m) {
+    const StepLaunch& member = launches[j + static_cast<size_t>(m)];
+    if (member.step != lead.step + m || member.boxes.size() != 1 || member.boxes[0].empty()) return false;
+    const Box& b = member.boxes[0];
+    if (b.rank() != box.rank()) return false;
+    for (int d = 0; d < last; ++d)
+      if (!(b[d] == box[d])) return false;
+  }
+  return true;
+}
 
 // How far past the start of the next streaming launch a waiting member reads ahead: the lines
 // wait in its L2 (1 MiB on Zen 4, 2 MiB on Sapphire Rapids) and the shared L3 until the
@@ -309,6 +343,24 @@ absl::StatusOr<std::unique_ptr<PreparedPlan>> HostBackend::prepare(const Graph& 
     prepared->member_scratch = std::max(prepared->member_scratch,
                                         (kernel_scratch_bytes(graph, node, /*dense_views=*/true) + 63) / 64 * 64);
   }
+  // Groups: runs of consecutive linears with one group kernel, the same x and packed weights.
+  std::vector<HostStep>& steps = prepared->steps;
+  for (size_t i = 0; i < steps.size();) {
+    const GroupKernelFn group = steps[i].node->kind == OpKind::Linear && steps[i].prepared != nullptr
+                                    ? group_kernel_for(steps[i].kernel)
+                                    : nullptr;
+    size_t end = i + 1;
+    if (group != nullptr)
+      while (end < steps.size() && end - i < kMaxGroup && steps[end].kernel == steps[i].kernel &&
+             steps[end].node->kind == OpKind::Linear && steps[end].prepared != nullptr &&
+             steps[end].node->inputs[0] == steps[i].node->inputs[0])
+        ++end;
+    if (end - i > 1) {
+      steps[i].group = group;
+      steps[i].group_size = static_cast<int>(end - i);
+    }
+    i = end;
+  }
   prepared->scratch_bytes = prepared->member_scratch * prepared->members;
   return std::unique_ptr<PreparedPlan>(std::move(prepared));
 }
@@ -343,6 +395,25 @@ absl::Status HostBackend::run_launch(const PreparedPlan& prepared, const StepLau
   return absl::OkStatus();
 }
 
+absl::Status HostBackend::run_group(const PreparedPlan& prepared, std::span<const StepLaunch> launches, size_t j,
+                                    int count, std::span<std::byte> scratch) const {
+  const auto& plan = static_cast<const HostPreparedPlan&>(prepared);
+  const GroupKernelFn group = plan.steps[static_cast<size_t>(launches[j].step)].group;
+  absl::InlinedVector<KernelNode, kMaxGroup> nodes;
+  for (int m = 0; m < count; ++m) {
+    const HostStep& step = plan.steps[static_cast<size_t>(launches[j + static_cast<size_t>(m)].step)];
+    KernelNode& node = nodes.emplace_back(*step.node);
+    node.constant_data = step.constant_data;
+    node.prepared = step.prepared;
+  }
+  absl::InlinedVector<KernelArgs, kMaxGroup> args;
+  for (int m = 0; m < count; ++m) {
+    const StepLaunch& launch = launches[j + static_cast<size_t>(m)];
+    args.push_back(KernelArgs{nodes[static_cast<size_t>(m)], launch.inputs, launch.out, launch.boxes[0], scratch});
+  }
+  return group(std::span<const KernelArgs>(args.data(), args.size()));
+}
+
 absl::Status HostBackend::run(const PreparedPlan& prepared, std::span<const StepLaunch> launches,
                               std::span<std::byte> scratch) {
   const auto* plan = dynamic_cast<const HostPreparedPlan*>(&prepared);
@@ -373,16 +444,24 @@ absl::Status HostBackend::run(const PreparedPlan& prepared, std::span<const Step
       else if (step.stream_bytes > 0) last_stream = j;
     }
     for (size_t j = 0; j < launches.size(); ++j) {
-      prefetch_launch(*plan, launches, j);
-      if (const size_t a = kv_prefetch_[j]; a != kNoLaunch)
-        prefetch_kv(plan->steps[static_cast<size_t>(launches[a].step)], launches[a]);
+      const HostStep& step = plan->steps[static_cast<size_t>(launches[j].step)];
+      const int count = step.group_size > 1 && groupable(launches, j, step.group_size) ? step.group_size : 1;
+      prefetch_launch(*plan, launches, j + static_cast<size_t>(count) - 1);
+      for (size_t m = j; m < j + static_cast<size_t>(count); ++m)
+        if (const size_t a = kv_prefetch_[m]; a != kNoLaunch)
+          prefetch_kv(plan->steps[static_cast<size_t>(launches[a].step)], launches[a]);
       const auto start = launch_times_ != nullptr ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
-      if (absl::Status status = run_launch(prepared, launches[j], 0, 1, slice(0)); !status.ok()) {
+      const absl::Status status =
+          count > 1 ? run_group(prepared, launches, j, count, slice(0)) : run_launch(prepared, launches[j], 0, 1, slice(0));
+      if (!status.ok()) {
         last_failed_step_ = launches[j].step;
         return status;
       }
+      stats_.grouped_launches += count - 1;
+      // A group's time is its first launch's.
       if (launch_times_ != nullptr)
         (*launch_times_)[j] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      j += static_cast<size_t>(count) - 1;
     }
     return absl::OkStatus();
   }

@@ -39,6 +39,10 @@ class HostBackend : public Backend {
   // counter per launch and start a launch once every tile of the previous one is done, so a
   // member the OS has descheduled holds up the others only by the tile it has claimed, never by
   // the tiles it has not reached.
+  // With one thread, consecutive launches of one group (group_kernel_for: the q, k and v linears
+  // of a decode step) over the same few rows run as one call of their group kernel, which gives
+  // each the bits of its own launch (BackendStats::grouped_launches counts the launches run
+  // inside another's call).
   // Returns the first kernel error unchanged and sets last_failed_step() (the caller knows the
   // step, hence the op). Each member's kernels get their own slice of `scratch` (prepare sized
   // it for the team).
@@ -67,6 +71,9 @@ class HostBackend : public Backend {
   virtual const void* prepare_node(const Graph& /*graph*/, const Node& /*node*/, KernelFn /*kernel*/) { return nullptr; }
   // Bytes of what prepare_node made for `node` (0: nothing).
   virtual int64_t prepared_size(const Graph& /*graph*/, const Node& /*node*/, KernelFn /*kernel*/) const { return 0; }
+  // The group twin of `kernel` (GroupKernelFn), nullptr for none: consecutive launches of it
+  // that read the same input 0 over the same rows then run as one call (see run()).
+  virtual GroupKernelFn group_kernel_for(KernelFn /*kernel*/) const { return nullptr; }
 
  private:
   // Checks `box` and `region` against the buffer; the address of the region's first byte.
@@ -74,6 +81,10 @@ class HostBackend : public Backend {
 
   absl::Status run_launch(const PreparedPlan& prepared, const StepLaunch& launch, int tile, int tiles,
                           std::span<std::byte> scratch) const;
+  // Launches [j, j + count) as one call of their group kernel (their step's boxes checked by
+  // groupable()).
+  absl::Status run_group(const PreparedPlan& prepared, std::span<const StepLaunch> launches, size_t j, int count,
+                         std::span<std::byte> scratch) const;
 
   absl::flat_hash_map<uint64_t, int64_t> buffers_;  // live buffers: id (the address) -> bytes
   int threads_ = cpu::WorkerTeam::default_size();

@@ -66,6 +66,10 @@ int64_t prepared_bytes(const Graph& graph, const Node& node, KernelFn kernel);
 std::shared_ptr<const void> linear_prepare_data(const Graph& graph, const Node& node, KernelFn kernel);
 int64_t linear_prepared_bytes(const Graph& graph, const Node& node, KernelFn kernel);
 
+// The group twin of an optimised kernel (GroupKernelFn, kernels/view.h), nullptr when it has
+// none: linear's integer paths (linear.cc, linear_q8.h).
+GroupKernelFn group_kernel(KernelFn kernel);
+
 // Per-op selectors (one per file of kernels/cpu), nullptr when the node is not covered.
 KernelFn matmul_kernel(const Graph& graph, const Node& node, Isa isa);     // matmul.cc
 KernelFn linear_kernel(const Graph& graph, const Node& node, Isa isa);     // linear.cc

@@ -364,6 +364,8 @@ const Node* packable_weight(const Graph& graph, const Node& node, KernelFn kerne
 
 }  // namespace
 
+GroupKernelFn group_kernel(KernelFn kernel) { return q8::group_kernel(kernel); }
+
 int64_t linear_prepared_bytes(const Graph& graph, const Node& node, KernelFn kernel) {
   const Node* w = packable_weight(graph, node, kernel);
   return w == nullptr ? 0 : q8::packed_bytes(w->dtype, w->shape[0], w->shape[1]);

@@ -461,43 +461,56 @@ using DigitsFn = void (*)(const float* x, int64_t step, const RowLayout& layout,
 // Scratch for the panels of one quad (packed there when the backend prepared none).
 int64_t group_bytes(DType dtype, int64_t depth) { return quad_bytes(dtype, kQuadPanels, depth); }
 
-// kDigitsQuantize: nullptr for int8 activations (kQuantize), else the split of 24-bit activations
-// into three digit rows (quantize_digits or its vector twin; kQuantize unused).
+// True when boxes a and b are equal on every axis but the last (the same x rows).
+bool same_rows(const Box& a, const Box& b) {
+  if (a.rank() != b.rank()) return false;
+  for (int d = 0; d + 1 < a.rank(); ++d)
+    if (!(a[d] == b[d])) return false;
+  return true;
+}
+
+// Linears sharing their x rows (a group launch, linear_q8.h; or one linear): each chunk of x rows
+// is quantised once, then each member's panels run against it in turn (members whose packed
+// weights lie back to back make one stream). kDigitsQuantize: nullptr for int8 activations
+// (kQuantize), else the split of 24-bit activations into three digit rows (quantize_digits or its
+// vector twin; kQuantize unused). A member computes every element as it would alone.
 template <DType kType, MicroFn kMicro, QuantizeFn kQuantize, DigitsFn kDigitsQuantize = nullptr>
-absl::Status linear_q8(const KernelArgs& args) {
+absl::Status linear_q8_members(std::span<const KernelArgs> members) {
   constexpr int kDigits = kDigitsQuantize == nullptr ? 1 : 3;
-  const Box& box = args.box;
-  if (box.empty()) return absl::OkStatus();
-  const KernelInput& x = args.inputs[0];
-  const KernelInput& w = args.inputs[1];
+  const KernelArgs* lead = nullptr;  // the first member with work: its x rows are every member's
+  for (const KernelArgs& m : members)
+    if (!m.box.empty()) {
+      lead = &m;
+      break;
+    }
+  if (lead == nullptr) return absl::OkStatus();
+  const Box& box = lead->box;
+  const KernelInput& x = lead->inputs[0];
+  const int last = lead->node.rank() - 1;
+  const int64_t depth = lead->inputs[1].shape[1];
+  for (const KernelArgs& m : members)
+    if (!m.box.empty() && (m.inputs[0].data != x.data || m.inputs[0].strides != x.strides || m.inputs[1].shape[1] != depth ||
+                           !same_rows(m.box, box)))
+      return absl::InvalidArgumentError("[linear] a group launch's members read different x rows");
   const BoxRows rows(box);
-  const int last = args.node.rank() - 1;
-  const int64_t depth = w.shape[1], n_total = w.shape[0];
-  const int64_t n_begin = box.begin(last), n_end = box.end(last);
-  const auto* weights = static_cast<const uint8_t*>(w.data);
-  const int64_t weight_begin = w.extent.begin(0), weight_end = w.extent.end(0);
   const int64_t row_bytes = dtype_bytes(kType, depth);
   const int64_t blocks = depth / dtype_block_size(kType);
   const int64_t full_quad = quad_bytes(kType, kQuadPanels, depth);
-  const int64_t all_panels = (n_total + kPanelRows - 1) / kPanelRows;
-  // The backend's packed copy of the whole matrix, or panels packed here into scratch.
-  const auto* packed = static_cast<const uint8_t*>(args.node.prepared);
   const RowLayout layout(depth, activation_block(kType));
-  ScratchCarver carver(args.scratch);
+  ScratchCarver carver(lead->scratch);
   constexpr int64_t kChunk = kChunkRows / kDigits;  // x rows quantised at a time
   const int64_t q_rows = std::min(kChunk, rows.count()) * kDigits;
   std::byte* quantised = carver.take<std::byte>(q_rows * layout.row_bytes);
-  uint8_t* own_panels = packed == nullptr ? carver.take<uint8_t>(group_bytes(kType, depth)) : nullptr;
+  bool all_packed = true;
+  for (const KernelArgs& m : members) all_packed = all_packed && m.node.prepared != nullptr;
+  uint8_t* own_panels = !all_packed ? carver.take<uint8_t>(group_bytes(kType, depth)) : nullptr;
   uint8_t* work = q_rows >= kAmxMinRows ? carver.take<uint8_t>(amx_work_bytes(kType, depth)) : nullptr;
-  if (quantised == nullptr || (packed == nullptr && own_panels == nullptr) || (q_rows >= kAmxMinRows && work == nullptr))
+  if (quantised == nullptr || (!all_packed && own_panels == nullptr) || (q_rows >= kAmxMinRows && work == nullptr))
     return absl::InternalError("[linear] kernel scratch too small for quantised rows");
   const int64_t x_step = x.strides[last];
-  const TensorView& out = args.out;
-  const int64_t out_step = out.strides[last];
   int64_t index[kMaxRank];
   alignas(64) float results[kChunkRows * kPanelRows * kQuadPanels];
   QRow q[kChunkRows];
-  const int64_t last_panel = (n_end + kPanelRows - 1) / kPanelRows;
   for (int64_t c0 = 0; c0 < rows.count(); c0 += kChunk) {
     const int chunk = static_cast<int>(std::min(kChunk, rows.count() - c0));
     for (int r = 0; r < chunk; ++r) {
@@ -512,76 +525,105 @@ absl::Status linear_q8(const KernelArgs& args) {
       }
       for (int i = 0; i < kDigits; ++i) q[r * kDigits + i] = qrow(dst + i * layout.row_bytes, layout);
     }
-    // The box's part of each quad.
-    for (int64_t p = n_begin / kPanelRows; p < last_panel;) {
-      const int64_t quad = p / kQuadPanels, quad_panels = std::min(kQuadPanels, all_panels - quad * kQuadPanels);
-      const int first = static_cast<int>(p - quad * kQuadPanels);
-      const int count = static_cast<int>(std::min(quad * kQuadPanels + quad_panels, last_panel) - p);
-      const int64_t p0 = p * kPanelRows;
-      p += count;
-      const uint8_t* base;
-      if (packed != nullptr) {
-        base = packed + quad * full_quad;
-      } else {
-        // Rows the view holds (the box's rows always are); the others stay zero.
-        std::memset(own_panels, 0, static_cast<size_t>(full_quad));
-        for (int g = first; g < first + count; ++g) {
-          const int64_t g0 = p0 + (g - first) * kPanelRows;
-          const int64_t lo = std::max(g0, weight_begin), hi = std::min({g0 + kPanelRows, weight_end, n_total});
-          if (hi > lo)
-            pack_panel(kType, weights + (lo - weight_begin) * row_bytes, row_bytes, lo - g0, hi - lo, depth,
-                       own_panels, quad_panels, g);
+    for (const KernelArgs& m : members) {
+      if (m.box.empty()) continue;
+      const KernelInput& w = m.inputs[1];
+      const int64_t n_total = w.shape[0];
+      const int64_t n_begin = m.box.begin(last), n_end = m.box.end(last);
+      const auto* weights = static_cast<const uint8_t*>(w.data);
+      const int64_t weight_begin = w.extent.begin(0), weight_end = w.extent.end(0);
+      const int64_t all_panels = (n_total + kPanelRows - 1) / kPanelRows;
+      // The backend's packed copy of the whole matrix, or panels packed here into scratch.
+      const auto* packed = static_cast<const uint8_t*>(m.node.prepared);
+      const TensorView& out = m.out;
+      const int64_t out_step = out.strides[last];
+      const int64_t last_panel = (n_end + kPanelRows - 1) / kPanelRows;
+      // The box's part of each quad.
+      for (int64_t p = n_begin / kPanelRows; p < last_panel;) {
+        const int64_t quad = p / kQuadPanels, quad_panels = std::min(kQuadPanels, all_panels - quad * kQuadPanels);
+        const int first = static_cast<int>(p - quad * kQuadPanels);
+        const int count = static_cast<int>(std::min(quad * kQuadPanels + quad_panels, last_panel) - p);
+        const int64_t p0 = p * kPanelRows;
+        p += count;
+        const uint8_t* base;
+        if (packed != nullptr) {
+          base = packed + quad * full_quad;
+        } else {
+          // Rows the view holds (the box's rows always are); the others stay zero.
+          std::memset(own_panels, 0, static_cast<size_t>(full_quad));
+          for (int g = first; g < first + count; ++g) {
+            const int64_t g0 = p0 + (g - first) * kPanelRows;
+            const int64_t lo = std::max(g0, weight_begin), hi = std::min({g0 + kPanelRows, weight_end, n_total});
+            if (hi > lo)
+              pack_panel(kType, weights + (lo - weight_begin) * row_bytes, row_bytes, lo - g0, hi - lo, depth,
+                         own_panels, quad_panels, g);
+          }
+          base = own_panels;
         }
-        base = own_panels;
-      }
-      const Quad view = quad_view(kType, base, quad_panels);
-      kMicro(view, first, count, q, chunk * kDigits, blocks, results, work);
-      const int64_t width = count * kPanelRows;
-      const int64_t j0 = std::max(n_begin, p0), j1 = std::min(n_end, p0 + width);
-      for (int r = 0; r < chunk; ++r) {
-        rows.index(c0 + r, index);
-        index[last] = j0;
-        float* o = out.at<float>(index);
-        const float* from = results + r * width + (j0 - p0);
-        if (out_step == 1)
-          std::memcpy(o, from, static_cast<size_t>(j1 - j0) * sizeof(float));
-        else
-          for (int64_t j = 0; j < j1 - j0; ++j) o[j * out_step] = from[j];
+        const Quad view = quad_view(kType, base, quad_panels);
+        kMicro(view, first, count, q, chunk * kDigits, blocks, results, work);
+        const int64_t width = count * kPanelRows;
+        const int64_t j0 = std::max(n_begin, p0), j1 = std::min(n_end, p0 + width);
+        for (int r = 0; r < chunk; ++r) {
+          rows.index(c0 + r, index);
+          index[last] = j0;
+          float* o = out.at<float>(index);
+          const float* from = results + r * width + (j0 - p0);
+          if (out_step == 1)
+            std::memcpy(o, from, static_cast<size_t>(j1 - j0) * sizeof(float));
+          else
+            for (int64_t j = 0; j < j1 - j0; ++j) o[j * out_step] = from[j];
+        }
       }
     }
   }
   return absl::OkStatus();
 }
 
-template <DType kType>
-KernelFn kernel_for(Isa isa) {
-#if TESSERA_HAVE_AVX2_PATHS
-  if constexpr (amx_tiles(kType)) {
-    if (isa == Isa::Amx) return linear_q8<kType, amx_path::micro<kType>, vnni_path::quantize_row>;
-  }
-  if (isa >= Isa::Avx512Vnni) return linear_q8<kType, vnni_path::micro<kType>, vnni_path::quantize_row>;
-  if (isa != Isa::Portable) return linear_q8<kType, avx2_path::micro<kType>, avx2_path::quantize_row>;
-#endif
-  (void)isa;
-  return linear_q8<kType, micro_portable<kType>, quantize_row_portable>;
+template <DType kType, MicroFn kMicro, QuantizeFn kQuantize, DigitsFn kDigitsQuantize = nullptr>
+absl::Status linear_q8(const KernelArgs& args) {
+  return linear_q8_members<kType, kMicro, kQuantize, kDigitsQuantize>(std::span<const KernelArgs>(&args, 1));
+}
+
+// A kernel and its group twin.
+struct Entry {
+  KernelFn one = nullptr;
+  GroupKernelFn group = nullptr;
+};
+template <DType kType, MicroFn kMicro, QuantizeFn kQuantize, DigitsFn kDigitsQuantize = nullptr>
+Entry entry() {
+  return Entry{linear_q8<kType, kMicro, kQuantize, kDigitsQuantize>, linear_q8_members<kType, kMicro, kQuantize, kDigitsQuantize>};
 }
 
 template <DType kType>
-KernelFn digits_kernel_for(Isa isa) {
+Entry kernel_for(Isa isa) {
+#if TESSERA_HAVE_AVX2_PATHS
+  if constexpr (amx_tiles(kType)) {
+    if (isa == Isa::Amx) return entry<kType, amx_path::micro<kType>, vnni_path::quantize_row>();
+  }
+  if (isa >= Isa::Avx512Vnni) return entry<kType, vnni_path::micro<kType>, vnni_path::quantize_row>();
+  if (isa != Isa::Portable) return entry<kType, avx2_path::micro<kType>, avx2_path::quantize_row>();
+#endif
+  (void)isa;
+  return entry<kType, micro_portable<kType>, quantize_row_portable>();
+}
+
+template <DType kType>
+Entry digits_kernel_for(Isa isa) {
 #if TESSERA_HAVE_AVX2_PATHS
   // (AMX: the VNNI tiles; amx_path takes int8 rows only, linear_q8.h.)
   if (isa >= Isa::Avx512Vnni)
-    return linear_q8<kType, vnni_path::micro<kType, 3>, vnni_path::quantize_row, vnni_path::quantize_digits_simd>;
+    return entry<kType, vnni_path::micro<kType, 3>, vnni_path::quantize_row, vnni_path::quantize_digits_simd>();
   if (isa != Isa::Portable)
-    return linear_q8<kType, avx2_path::micro<kType, 3>, avx2_path::quantize_row, avx2_path::quantize_digits_simd>;
+    return entry<kType, avx2_path::micro<kType, 3>, avx2_path::quantize_row, avx2_path::quantize_digits_simd>();
 #endif
   (void)isa;
-  return linear_q8<kType, micro_portable<kType, 3>, quantize_row_portable, quantize_digits>;
+  return entry<kType, micro_portable<kType, 3>, quantize_row_portable, quantize_digits>();
 }
 
 // kernel_for or digits_kernel_for of `dtype`.
 template <template <DType> class Pick>
-KernelFn pick(DType dtype, Isa isa) {
+Entry pick(DType dtype, Isa isa) {
   switch (dtype) {
     case DType::Q8_0:
       return Pick<DType::Q8_0>::fn(isa);
@@ -600,23 +642,33 @@ KernelFn pick(DType dtype, Isa isa) {
     case DType::Q6_K:
       return Pick<DType::Q6_K>::fn(isa);
     default:
-      return nullptr;
+      return Entry{};
   }
 }
 template <DType kType>
 struct Int8Kernel {
-  static KernelFn fn(Isa isa) { return kernel_for<kType>(isa); }
+  static Entry fn(Isa isa) { return kernel_for<kType>(isa); }
 };
 template <DType kType>
 struct DigitsKernel {
-  static KernelFn fn(Isa isa) { return digits_kernel_for<kType>(isa); }
+  static Entry fn(Isa isa) { return digits_kernel_for<kType>(isa); }
 };
 
 }  // namespace
 
-KernelFn kernel(DType dtype, Isa isa) { return pick<Int8Kernel>(dtype, isa); }
+KernelFn kernel(DType dtype, Isa isa) { return pick<Int8Kernel>(dtype, isa).one; }
 
-KernelFn digits_kernel(DType dtype, Isa isa) { return pick<DigitsKernel>(dtype, isa); }
+KernelFn digits_kernel(DType dtype, Isa isa) { return pick<DigitsKernel>(dtype, isa).one; }
+
+GroupKernelFn group_kernel(KernelFn kernel) {
+  if (kernel == nullptr) return nullptr;
+  for (DType dtype : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K})
+    for (Isa isa : {Isa::Portable, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni, Isa::Amx}) {
+      for (const Entry& e : {pick<Int8Kernel>(dtype, isa), pick<DigitsKernel>(dtype, isa)})
+        if (e.one == kernel) return e.group;
+    }
+  return nullptr;
+}
 
 int64_t amx_tile_calls() {
 #if TESSERA_HAVE_AVX2_PATHS

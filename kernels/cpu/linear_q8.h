@@ -246,6 +246,11 @@ KernelFn kernel(DType dtype, Isa isa);
 constexpr int64_t kDigitRange = 127 * 65025 + 127 * 255 + 127;
 KernelFn digits_kernel(DType dtype, Isa isa);
 void quantize_digits(const float* x, int64_t step, const RowLayout& layout, std::byte* const dst[3]);
+// The group twin (GroupKernelFn) of kernel() or digits_kernel() of any dtype and instruction set;
+// nullptr for any other kernel. Its members share x rows (each chunk is quantised once) and run
+// their panels one after the other: a group of linears whose packed weights lie back to back
+// streams them as one matrix. Each member's output is bitwise its own launch's.
+GroupKernelFn group_kernel(KernelFn kernel);
 // Scratch bytes of one call for weights of `dtype`, depth K and at most `rows` x rows (quantised
 // rows: three per x row for digits_kernel).
 int64_t scratch_bytes(DType dtype, int64_t depth, int64_t rows);

@@ -13,6 +13,7 @@
 #include "backends/registry.h"
 #include "engine/ops.h"
 #include "engine/session.h"
+#include "tests/support/quant_blocks.h"
 
 using namespace tessera;
 
@@ -236,4 +237,45 @@ TEST_CASE("backends: host buffers are opaque handles with checked box copies") {
   backend->free(*buffer);  // a second free does nothing
   CHECK(backend->allocate(-1).status().code() == absl::StatusCode::kInvalidArgument);
   CHECK(backend->synchronize().ok());
+}
+
+// Group launches (HostBackend::run, kernels/view.h): with one thread, the int8 linears that read
+// the same x (q, k and v) run as one call when the read covers a few rows, and give the bits of
+// launches run one at a time (here: the same reads on two threads, which never group).
+TEST_CASE("backends: linears sharing x run as one group call on one thread, with the same bits") {
+  const ScopedEnv int8("TESSERA_LINEAR", "int8");
+  std::mt19937_64 rng(43);
+  const int64_t rows = 24, k = 64;
+  Graph g;
+  Tensor x = g.input("x", {rows, k}, DType::F32);
+  std::vector<std::vector<uint8_t>> weights;
+  std::vector<Tensor> ys;
+  for (int64_t n : {48, 16, 16}) {
+    weights.push_back(testing::random_quantized(DType::Q4_1, n, k, rng));
+    Tensor w = g.constant({n, k}, DType::Q4_1, std::as_bytes(std::span<const uint8_t>(weights.back())));
+    ys.push_back(linear(x, w));
+  }
+  g.output("y", concat(ys, 1));
+  const std::vector<float> xs = random_values(rows * k, 5);
+  auto run = [&](int threads, int64_t& grouped) {
+    SessionOptions options;
+    options.threads = threads;
+    GraphSession s(g, options);
+    std::vector<float> all;
+    // All rows at once (too many for a group), then row 7 again after an edit (one row: grouped).
+    s.write("x", Box{{0, rows}, {0, k}}, xs);
+    all = s.read<float>("y", Box{{0, rows}, {0, 80}});
+    const int64_t before = s.backend().stats().grouped_launches;
+    CHECK(before == 0);
+    s.write("x", Box{{7, 8}, {0, k}}, random_values(k, 6));
+    const std::vector<float> row = s.read<float>("y", Box{{7, 8}, {0, 80}});
+    grouped = s.backend().stats().grouped_launches - before;
+    all.insert(all.end(), row.begin(), row.end());
+    return all;
+  };
+  int64_t grouped_one = 0, grouped_two = 0;
+  const std::vector<float> one = run(1, grouped_one), two = run(2, grouped_two);
+  CHECK(grouped_one == 2);  // k and v ran inside q's call
+  CHECK(grouped_two == 0);
+  CHECK(bitwise_equal(one, two));
 }

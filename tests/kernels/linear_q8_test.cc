@@ -505,3 +505,95 @@ TEST_CASE("kernels: linear_q8 on AMX tiles equals the VNNI path for any row coun
     }
   }
 }
+
+// A group launch (cpu::group_kernel, kernels/view.h): linears reading the same x rows run as
+// one call, each x chunk quantised once, the members' panels one after the other. Each member's
+// output must be bitwise its own launch's: for every covered dtype, both activation paths and
+// every instruction set, with the backend's packed weights, panels packed in the call, or a mix;
+// members of different widths (a partial last panel), column sub-boxes, an empty member, and x
+// rows that are a sub-range. Members whose x rows differ are refused with an error.
+TEST_CASE("kernels: a group of linears sharing x rows gives each member its own launch's bits") {
+  std::mt19937_64 rng(41);
+  for (cpu::LinearPath path : kPaths)
+    for (DType dtype : kCovered) {
+      const int64_t k = 2 * cpu::q8::activation_block(dtype), rows = 3;
+      const int64_t widths[] = {83, 40, 16};
+      Graph g;
+      Tensor x = g.input("x", {rows, k}, DType::F32);
+      std::vector<std::vector<uint8_t>> weights;
+      std::vector<NodeId> members;
+      for (int64_t n : widths) {
+        weights.push_back(testing::random_quantized(dtype, n, k, rng));
+        Tensor w = g.constant({n, k}, dtype, std::as_bytes(std::span<const uint8_t>(weights.back())));
+        members.push_back(linear(x, w).id);
+      }
+      testing::Buffer xb = testing::make_buffer(g.node(x.id));
+      testing::fill_box(xb, g.node(x.id), Box::full(g.node(x.id).shape), testing::ValueRange{-1.0, 1.0}, rng);
+      auto views_of = [&](NodeId id) {
+        const Node& w = g.node(g.node(id).inputs[1]);
+        return std::vector<TensorView>{dense_view(xb.data(), DType::F32, Box{{0, rows}, {0, k}}),
+                                       dense_view(const_cast<void*>(g.constant_data(w.constant).data), dtype,
+                                                  Box::full(w.shape))};
+      };
+      const std::string path_label = path_name(path);
+      CAPTURE(path_label);
+      CAPTURE(std::string(dtype_name(dtype)));
+      for (cpu::Isa isa : all_isas()) {
+        CAPTURE(std::string(cpu::isa_name(isa)));
+        const KernelFn one = cpu::linear_kernel_with(g, g.node(members[0]), isa, path);
+        const GroupKernelFn group = cpu::group_kernel(one);
+        REQUIRE((group != nullptr));
+        CHECK((cpu::linear_kernel_with(g, g.node(members[1]), isa, path) == one));
+        std::vector<std::shared_ptr<const void>> packed;
+        for (NodeId id : members) packed.push_back(cpu::prepare_node_data(g, g.node(id), one));
+        for (int variant = 0; variant < 4; ++variant) {
+          // 0: all packed, full boxes; 1: none packed, rows [1, 3); 2: a mix, column sub-boxes;
+          // 3: the second member empty.
+          const Interval row_range = variant == 1 ? Interval(1, 3) : Interval(0, rows);
+          std::vector<Box> boxes;
+          for (size_t m = 0; m < members.size(); ++m) {
+            const int64_t n = widths[m];
+            Interval cols(0, n);
+            if (variant == 2) cols = Interval(static_cast<int64_t>(m) * 3 + 1, n - 1);
+            if (variant == 3 && m == 1) cols = Interval(5, 5);
+            boxes.push_back(Box{row_range, cols});
+          }
+          std::vector<std::vector<float>> alone, grouped;
+          std::vector<TensorView> outs;
+          std::vector<std::vector<TensorView>> views;
+          for (size_t m = 0; m < members.size(); ++m) {
+            alone.emplace_back(static_cast<size_t>(boxes[m].volume()));
+            grouped.emplace_back(static_cast<size_t>(boxes[m].volume()));
+            views.push_back(views_of(members[m]));
+          }
+          for (size_t m = 0; m < members.size(); ++m) outs.push_back(dense_view(grouped[m].data(), DType::F32, boxes[m]));
+          std::vector<std::unique_ptr<KernelCall>> calls;
+          for (size_t m = 0; m < members.size(); ++m) {
+            const bool with_packed = variant == 0 || (variant == 2 && m != 1) || variant == 3;
+            const TensorView own_out = dense_view(alone[m].data(), DType::F32, boxes[m]);
+            KernelCall call{g, g.node(members[m]), views[m], own_out, boxes[m]};
+            REQUIRE(one(call.with_prepared(with_packed ? packed[m].get() : nullptr)).ok());
+            calls.push_back(std::make_unique<KernelCall>(g, g.node(members[m]), views[m], outs[m], boxes[m]));
+            calls.back()->with_prepared(with_packed ? packed[m].get() : nullptr);
+          }
+          std::vector<KernelArgs> args;
+          for (const auto& call : calls) args.push_back(*call);
+          REQUIRE(group(std::span<const KernelArgs>(args.data(), args.size())).ok());
+          for (size_t m = 0; m < members.size(); ++m) {
+            CAPTURE(variant);
+            CAPTURE(m);
+            check_equal(grouped[m], alone[m], "group member vs its own launch");
+          }
+        }
+        // Different x rows: refused, nothing computed by a member that does not share them.
+        std::vector<float> a(static_cast<size_t>(widths[0])), b(static_cast<size_t>(2 * widths[1]));
+        const Box box_a{{0, 1}, {0, widths[0]}}, box_b{{1, 3}, {0, widths[1]}};
+        const std::vector<TensorView> va = views_of(members[0]), vb = views_of(members[1]);
+        KernelCall call_a{g, g.node(members[0]), va, dense_view(a.data(), DType::F32, box_a), box_a};
+        KernelCall call_b{g, g.node(members[1]), vb, dense_view(b.data(), DType::F32, box_b), box_b};
+        const KernelArgs mixed[] = {call_a, call_b};
+        const absl::Status refused = group(std::span<const KernelArgs>(mixed, 2));
+        CHECK(refused.code() == absl::StatusCode::kInvalidArgument);
+      }
+    }
+}
