@@ -50,6 +50,23 @@ constexpr int kMaxGroup = 4;
 // are read again for every chunk, and a group's together may not stay in cache between chunks.
 constexpr int64_t kGroupRows = 16;
 
+// Tile `tile` of `tiles` of a group member's box: a cut of its last axis at multiples of 64
+// (absolute coordinates), so that every member's tile keeps the group's x rows (tile_of may
+// cut members of different widths along different axes).
+Box group_tile(const Box& box, int tile, int tiles) {
+  if (tiles <= 1) return box;
+  const int last = box.rank() - 1;
+  const int64_t begin = box.begin(last), extent = box.extent(last);
+  auto cut = [&](int k) {
+    if (k == 0 || k == tiles) return begin + extent * k / tiles;
+    const int64_t at = (begin + extent * k / tiles + 32) / 64 * 64;
+    return std::clamp<int64_t>(at, begin, begin + extent);
+  };
+  Box part = box;
+  part[last] = Interval(cut(tile), cut(tile + 1));
+  return part;
+}
+
 // Whether launches [j, j + count) (consecutive steps of one group) can run as one group call:
 // one non-empty box each, of at most kGroupRows rows, the same on every axis but the last.
 bool groupable(std::span<const StepLaunch> launches, size_t j, int count) {
@@ -396,20 +413,22 @@ absl::Status HostBackend::run_launch(const PreparedPlan& prepared, const StepLau
 }
 
 absl::Status HostBackend::run_group(const PreparedPlan& prepared, std::span<const StepLaunch> launches, size_t j,
-                                    int count, std::span<std::byte> scratch) const {
+                                    int count, int tile, int tiles, std::span<std::byte> scratch) const {
   const auto& plan = static_cast<const HostPreparedPlan&>(prepared);
   const GroupKernelFn group = plan.steps[static_cast<size_t>(launches[j].step)].group;
   absl::InlinedVector<KernelNode, kMaxGroup> nodes;
+  absl::InlinedVector<Box, kMaxGroup> parts;
   for (int m = 0; m < count; ++m) {
     const HostStep& step = plan.steps[static_cast<size_t>(launches[j + static_cast<size_t>(m)].step)];
     KernelNode& node = nodes.emplace_back(*step.node);
     node.constant_data = step.constant_data;
     node.prepared = step.prepared;
+    parts.push_back(group_tile(launches[j + static_cast<size_t>(m)].boxes[0], tile, tiles));
   }
   absl::InlinedVector<KernelArgs, kMaxGroup> args;
   for (int m = 0; m < count; ++m) {
     const StepLaunch& launch = launches[j + static_cast<size_t>(m)];
-    args.push_back(KernelArgs{nodes[static_cast<size_t>(m)], launch.inputs, launch.out, launch.boxes[0], scratch});
+    args.push_back(KernelArgs{nodes[static_cast<size_t>(m)], launch.inputs, launch.out, parts[static_cast<size_t>(m)], scratch});
   }
   return group(std::span<const KernelArgs>(args.data(), args.size()));
 }
@@ -452,7 +471,7 @@ absl::Status HostBackend::run(const PreparedPlan& prepared, std::span<const Step
           prefetch_kv(plan->steps[static_cast<size_t>(launches[a].step)], launches[a]);
       const auto start = launch_times_ != nullptr ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
       const absl::Status status =
-          count > 1 ? run_group(prepared, launches, j, count, slice(0)) : run_launch(prepared, launches[j], 0, 1, slice(0));
+          count > 1 ? run_group(prepared, launches, j, count, 0, 1, slice(0)) : run_launch(prepared, launches[j], 0, 1, slice(0));
       if (!status.ok()) {
         last_failed_step_ = launches[j].step;
         return status;
@@ -471,16 +490,37 @@ absl::Status HostBackend::run(const PreparedPlan& prepared, std::span<const Step
     tiles_capacity_ = std::max(launches.size(), 2 * tiles_capacity_);
     tiles_ = std::make_unique<LaunchTiles[]>(tiles_capacity_);
   }
+  // Per launch: the launches its call runs (a group's first: its members; 0 for the members
+  // after it, which have no tiles of their own), and the launch before it that has tiles.
+  group_count_.assign(launches.size(), 1);
+  previous_.assign(launches.size(), kNoLaunch);
+  size_t last_with_tiles = kNoLaunch;
   for (size_t j = 0; j < launches.size(); ++j) {
     const HostStep& step = plan->steps[static_cast<size_t>(launches[j].step)];
-    int64_t elements = 0;
-    Box widest = Box::of_rank(0);
-    for (const Box& box : launches[j].boxes) {
-      elements += box.volume();
-      if (widest.rank() == 0 || box.volume() > widest.volume()) widest = box;
-    }
     tiles_[j].claimed.store(0, std::memory_order_relaxed);
     tiles_[j].done.store(0, std::memory_order_relaxed);
+    previous_[j] = last_with_tiles;
+    if (group_count_[j] == 0) {
+      tiles_[j].total = 0;
+      continue;
+    }
+    int64_t elements = 0;
+    Box widest = Box::of_rank(0);
+    if (step.group_size > 1 && groupable(launches, j, step.group_size)) {
+      group_count_[j] = step.group_size;
+      for (size_t m = j + 1; m < j + static_cast<size_t>(step.group_size); ++m) group_count_[m] = 0;
+      stats_.grouped_launches += step.group_size - 1;
+      for (size_t m = j; m < j + static_cast<size_t>(step.group_size); ++m) {
+        elements += launches[m].boxes[0].volume();
+        if (widest.rank() == 0 || launches[m].boxes[0].volume() > widest.volume()) widest = launches[m].boxes[0];
+      }
+    } else {
+      for (const Box& box : launches[j].boxes) {
+        elements += box.volume();
+        if (widest.rank() == 0 || box.volume() > widest.volume()) widest = box;
+      }
+    }
+    last_with_tiles = j;
     int tiles = tile_count(widest, elements * step.cost, members, step.split_from, step.split_unit);
     // A decode step's attention (too few query rows to cut) is cut along its heads: a member
     // then reads and converts the keys and values of every K/V head its heads use, for only its
@@ -514,24 +554,30 @@ absl::Status HostBackend::run(const PreparedPlan& prepared, std::span<const Step
     for (size_t j = 0; j < launches.size(); ++j) {
       LaunchTiles& launch_tiles = tiles_[j];
       const uint32_t total = launch_tiles.total;
+      // A group's later members run in its first member's call.
+      if (total == 0) continue;
       // A one-tile launch is member 0's: a chain of light steps stays on one core (its data in
       // that core's caches, no hand-over between cores), while the others read ahead.
       if (total == 1 && member != 0) continue;
-      // Every tile of launch j - 1 is done (so, by induction, of every earlier launch); a member
-      // with nothing to do meanwhile reads ahead into the coming weights.
-      if (j > 0 && launch_tiles.claimed.load(std::memory_order_relaxed) < total) {
-        read_ahead(*plan, launches, j, tiles_[j - 1], cursor);
-        cpu::WorkerTeam::wait_at_least(tiles_[j - 1].done, tiles_[j - 1].total);
+      // Every tile of the previous launch with tiles is done (so, by induction, of every earlier
+      // launch); a member with nothing to do meanwhile reads ahead into the coming weights.
+      const size_t previous = previous_[j];
+      if (previous != kNoLaunch && launch_tiles.claimed.load(std::memory_order_relaxed) < total) {
+        read_ahead(*plan, launches, j, tiles_[previous], cursor);
+        cpu::WorkerTeam::wait_at_least(tiles_[previous].done, tiles_[previous].total);
       }
-      if (member == 0 && launch_times_ != nullptr && j > 0) {
+      if (member == 0 && launch_times_ != nullptr && previous != kNoLaunch) {
         const auto now = std::chrono::steady_clock::now();
-        (*launch_times_)[j - 1] = std::chrono::duration<double>(now - last).count();
+        (*launch_times_)[previous] = std::chrono::duration<double>(now - last).count();
         last = now;
       }
       for (uint32_t t = launch_tiles.claimed.fetch_add(1, std::memory_order_relaxed); t < total;
            t = launch_tiles.claimed.fetch_add(1, std::memory_order_relaxed)) {
         if (failed.load(std::memory_order_acquire) > j) {
-          absl::Status status = run_launch(prepared, launches[j], static_cast<int>(t), static_cast<int>(total), slice(member));
+          absl::Status status =
+              group_count_[j] > 1
+                  ? run_group(prepared, launches, j, group_count_[j], static_cast<int>(t), static_cast<int>(total), slice(member))
+                  : run_launch(prepared, launches[j], static_cast<int>(t), static_cast<int>(total), slice(member));
           if (!status.ok()) {
             std::lock_guard<std::mutex> lock(error_mutex);
             if (j < failed.load()) {
@@ -544,10 +590,10 @@ absl::Status HostBackend::run(const PreparedPlan& prepared, std::span<const Step
         if (launch_tiles.done.fetch_add(1, std::memory_order_acq_rel) + 1 == total) launch_tiles.done.notify_all();
       }
     }
-    if (member == 0 && launch_times_ != nullptr && !launches.empty()) {
-      const LaunchTiles& final_tiles = tiles_[launches.size() - 1];
+    if (member == 0 && launch_times_ != nullptr && last_with_tiles != kNoLaunch) {
+      const LaunchTiles& final_tiles = tiles_[last_with_tiles];
       cpu::WorkerTeam::wait_at_least(final_tiles.done, final_tiles.total);
-      (*launch_times_)[launches.size() - 1] = std::chrono::duration<double>(std::chrono::steady_clock::now() - last).count();
+      (*launch_times_)[last_with_tiles] = std::chrono::duration<double>(std::chrono::steady_clock::now() - last).count();
     }
   });
   if (failed.load() < launches.size()) {

@@ -39,10 +39,11 @@ class HostBackend : public Backend {
   // counter per launch and start a launch once every tile of the previous one is done, so a
   // member the OS has descheduled holds up the others only by the tile it has claimed, never by
   // the tiles it has not reached.
-  // With one thread, consecutive launches of one group (group_kernel_for: the q, k and v linears
-  // of a decode step) over the same few rows run as one call of their group kernel, which gives
-  // each the bits of its own launch (BackendStats::grouped_launches counts the launches run
-  // inside another's call).
+  // Consecutive launches of one group (group_kernel_for: the q, k and v linears of a decode
+  // step) over the same few rows run as one call of their group kernel, which gives each the
+  // bits of its own launch (BackendStats::grouped_launches counts the launches run inside
+  // another's call); a team cuts a group into tiles like one launch, each tile the same part of
+  // every member's box.
   // Returns the first kernel error unchanged and sets last_failed_step() (the caller knows the
   // step, hence the op). Each member's kernels get their own slice of `scratch` (prepare sized
   // it for the team).
@@ -84,7 +85,7 @@ class HostBackend : public Backend {
   // Launches [j, j + count) as one call of their group kernel (their step's boxes checked by
   // groupable()).
   absl::Status run_group(const PreparedPlan& prepared, std::span<const StepLaunch> launches, size_t j, int count,
-                         std::span<std::byte> scratch) const;
+                         int tile, int tiles, std::span<std::byte> scratch) const;
 
   absl::flat_hash_map<uint64_t, int64_t> buffers_;  // live buffers: id (the address) -> bytes
   int threads_ = cpu::WorkerTeam::default_size();
@@ -105,6 +106,8 @@ class HostBackend : public Backend {
                   const LaunchTiles& previous, ReadCursor& cursor) const;
   static constexpr size_t kNoLaunch = ~size_t{0};
   std::vector<size_t> kv_prefetch_;       // per launch of the current run (1 thread; see run())
+  std::vector<int> group_count_;          // per launch of the current run (a team; see run())
+  std::vector<size_t> previous_;          // per launch of the current run (a team; see run())
   std::vector<size_t> next_stream_;       // per launch of the current run (and one past the last)
   std::vector<int64_t> streamed_before_;  // per launch of the current run (and one past the last)
   std::vector<double>* launch_times_ = nullptr;

@@ -239,43 +239,51 @@ TEST_CASE("backends: host buffers are opaque handles with checked box copies") {
   CHECK(backend->synchronize().ok());
 }
 
-// Group launches (HostBackend::run, kernels/view.h): with one thread, the int8 linears that read
-// the same x (q, k and v) run as one call when the read covers a few rows, and give the bits of
-// launches run one at a time (here: the same reads on two threads, which never group).
-TEST_CASE("backends: linears sharing x run as one group call on one thread, with the same bits") {
+// Group launches (HostBackend::run, kernels/view.h): the int8 linears that read the same x (q,
+// k and v) run as one call when the read covers a few rows (one call per tile on a team), and
+// give the bits of launches run one at a time (here: a read of all rows, too many to group).
+TEST_CASE("backends: linears sharing x run as one group call, with the same bits") {
   const ScopedEnv int8("TESSERA_LINEAR", "int8");
   std::mt19937_64 rng(43);
-  const int64_t rows = 24, k = 64;
+  const int64_t rows = 24, k = 64, width = 576 + 192 + 192;
   Graph g;
   Tensor x = g.input("x", {rows, k}, DType::F32);
   std::vector<std::vector<uint8_t>> weights;
   std::vector<Tensor> ys;
-  for (int64_t n : {48, 16, 16}) {
+  // SmolLM2-135M's q, k and v widths: a team cuts q along its columns and k and v (too narrow)
+  // along their rows when each runs alone.
+  for (int64_t n : {576, 192, 192}) {
     weights.push_back(testing::random_quantized(DType::Q4_1, n, k, rng));
     Tensor w = g.constant({n, k}, DType::Q4_1, std::as_bytes(std::span<const uint8_t>(weights.back())));
     ys.push_back(linear(x, w));
   }
   g.output("y", concat(ys, 1));
-  const std::vector<float> xs = random_values(rows * k, 5);
-  auto run = [&](int threads, int64_t& grouped) {
+  std::vector<float> xs = random_values(rows * k, 5);
+  const std::vector<float> edit = random_values(k, 6), edits = random_values(6 * k, 7);
+  for (int threads : {1, 2, 3}) {
+    CAPTURE(threads);
     SessionOptions options;
     options.threads = threads;
     GraphSession s(g, options);
-    std::vector<float> all;
-    // All rows at once (too many for a group), then row 7 again after an edit (one row: grouped).
     s.write("x", Box{{0, rows}, {0, k}}, xs);
-    all = s.read<float>("y", Box{{0, rows}, {0, 80}});
-    const int64_t before = s.backend().stats().grouped_launches;
-    CHECK(before == 0);
-    s.write("x", Box{{7, 8}, {0, k}}, random_values(k, 6));
-    const std::vector<float> row = s.read<float>("y", Box{{7, 8}, {0, 80}});
-    grouped = s.backend().stats().grouped_launches - before;
-    all.insert(all.end(), row.begin(), row.end());
-    return all;
-  };
-  int64_t grouped_one = 0, grouped_two = 0;
-  const std::vector<float> one = run(1, grouped_one), two = run(2, grouped_two);
-  CHECK(grouped_one == 2);  // k and v ran inside q's call
-  CHECK(grouped_two == 0);
-  CHECK(bitwise_equal(one, two));
+    s.read<float>("y", Box{{0, rows}, {0, width}});
+    CHECK(s.backend().stats().grouped_launches == 0);  // 24 rows: one launch each
+    s.write("x", Box{{7, 8}, {0, k}}, edit);
+    const std::vector<float> row = s.read<float>("y", Box{{7, 8}, {0, width}});
+    CHECK(s.backend().stats().grouped_launches == 2);  // k and v ran inside q's call
+    // Six rows (a team cuts the group into tiles of every member's columns).
+    s.write("x", Box{{10, 16}, {0, k}}, edits);
+    const std::vector<float> six = s.read<float>("y", Box{{10, 16}, {0, width}});
+    CHECK(s.backend().stats().grouped_launches == 4);
+    // A fresh session over the edited x, all rows at once.
+    std::vector<float> edited = xs;
+    std::copy(edit.begin(), edit.end(), edited.begin() + 7 * k);
+    std::copy(edits.begin(), edits.end(), edited.begin() + 10 * k);
+    GraphSession fresh(g, options);
+    fresh.write("x", Box{{0, rows}, {0, k}}, edited);
+    const std::vector<float> all = fresh.read<float>("y", Box{{0, rows}, {0, width}});
+    CHECK(fresh.backend().stats().grouped_launches == 0);
+    CHECK(bitwise_equal(row, std::vector<float>(all.begin() + 7 * width, all.begin() + 8 * width)));
+    CHECK(bitwise_equal(six, std::vector<float>(all.begin() + 10 * width, all.begin() + 16 * width)));
+  }
 }
