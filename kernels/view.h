@@ -129,6 +129,13 @@ using KernelFn = absl::Status (*)(const KernelArgs& args);
 // that computes each member's output exactly as its own launch would (a group twin of a
 // KernelFn: cpu::group_kernel).
 using GroupKernelFn = absl::Status (*)(std::span<const KernelArgs> members);
+// Whether two boxes are equal on every axis but the last: group members' boxes must be.
+inline bool same_rows(const Box& a, const Box& b) {
+  if (a.rank() != b.rank()) return false;
+  for (int d = 0; d + 1 < a.rank(); ++d)
+    if (!(a[d] == b[d])) return false;
+  return true;
+}
 
 // KernelArgs built from a graph, for calling a kernel directly (tests, benchmarks):
 // `kernel(KernelCall{graph, node, views, out, box})`. Owns the inputs; not copyable.

@@ -7,13 +7,20 @@
 
 namespace tessera {
 
-void clear_dirt(DirtScratch& scratch) {
-  for (NodeId id : scratch.touched) {
-    scratch.dirty[static_cast<size_t>(id)].clear();
-    scratch.listed[static_cast<size_t>(id)] = 0;
+namespace {
+
+// Empties the regions of the nodes in `touched` and their flags, then the list itself.
+void clear_touched(std::vector<Region>& regions, std::vector<uint8_t>& flags, std::vector<NodeId>& touched) {
+  for (NodeId id : touched) {
+    regions[static_cast<size_t>(id)].clear();
+    flags[static_cast<size_t>(id)] = 0;
   }
-  scratch.touched.clear();
+  touched.clear();
 }
+
+}  // namespace
+
+void clear_dirt(DirtScratch& scratch) { clear_touched(scratch.dirty, scratch.listed, scratch.touched); }
 
 void propagate_dirt(const Graph& graph, NodeId input, const Box& box, DirtScratch& scratch) {
   std::vector<Region>& dirty = scratch.dirty;
@@ -64,14 +71,7 @@ void plan_read(const Graph& graph, NodeId target, const Box& box, const ReadStat
   }
   // What a read left behind is cleared at its end, while still in cache; this clears only
   // after a read that threw.
-  auto clear_touched = [&] {
-    for (NodeId id : scratch.touched) {
-      scratch.need[static_cast<size_t>(id)].clear();
-      scratch.wanted[static_cast<size_t>(id)] = 0;
-    }
-    scratch.touched.clear();
-  };
-  clear_touched();
+  clear_touched(scratch.need, scratch.wanted, scratch.touched);
   scratch.stepped.clear();
   auto want_of = [&](NodeId id) -> Region& {
     Region& r = scratch.need[static_cast<size_t>(id)];
@@ -143,7 +143,7 @@ void plan_read(const Graph& graph, NodeId target, const Box& box, const ReadStat
     step.compute.swap(scratch.need[static_cast<size_t>(*it)]);
   }
   if (explain != nullptr) std::reverse(explain->begin(), explain->end());
-  clear_touched();
+  clear_touched(scratch.need, scratch.wanted, scratch.touched);
 }
 
 }  // namespace tessera

@@ -78,11 +78,9 @@ bool groupable(std::span<const StepLaunch> launches, size_t j, int count) {
   if (last < 0 || box.volume() / box.extent(last) > kGroupRows) return false;
   for (int m = 1; m < count; ++m) {
     const StepLaunch& member = launches[j + static_cast<size_t>(m)];
-    if (member.step != lead.step + m || member.boxes.size() != 1 || member.boxes[0].empty()) return false;
-    const Box& b = member.boxes[0];
-    if (b.rank() != box.rank()) return false;
-    for (int d = 0; d < last; ++d)
-      if (!(b[d] == box[d])) return false;
+    if (member.step != lead.step + m || member.boxes.size() != 1 || member.boxes[0].empty() ||
+        !same_rows(member.boxes[0], box))
+      return false;
   }
   return true;
 }
@@ -504,22 +502,19 @@ absl::Status HostBackend::run(const PreparedPlan& prepared, std::span<const Step
       tiles_[j].total = 0;
       continue;
     }
-    int64_t elements = 0;
-    Box widest = Box::of_rank(0);
     if (step.group_size > 1 && groupable(launches, j, step.group_size)) {
       group_count_[j] = step.group_size;
       for (size_t m = j + 1; m < j + static_cast<size_t>(step.group_size); ++m) group_count_[m] = 0;
       stats_.grouped_launches += step.group_size - 1;
-      for (size_t m = j; m < j + static_cast<size_t>(step.group_size); ++m) {
-        elements += launches[m].boxes[0].volume();
-        if (widest.rank() == 0 || launches[m].boxes[0].volume() > widest.volume()) widest = launches[m].boxes[0];
-      }
-    } else {
-      for (const Box& box : launches[j].boxes) {
+    }
+    // The work of the launches this call runs.
+    int64_t elements = 0;
+    Box widest = Box::of_rank(0);
+    for (size_t m = j; m < j + static_cast<size_t>(group_count_[j]); ++m)
+      for (const Box& box : launches[m].boxes) {
         elements += box.volume();
         if (widest.rank() == 0 || box.volume() > widest.volume()) widest = box;
       }
-    }
     last_with_tiles = j;
     int tiles = tile_count(widest, elements * step.cost, members, step.split_from, step.split_unit);
     // A decode step's attention (too few query rows to cut) is cut along its heads: a member

@@ -461,14 +461,6 @@ using DigitsFn = void (*)(const float* x, int64_t step, const RowLayout& layout,
 // Scratch for the panels of one quad (packed there when the backend prepared none).
 int64_t group_bytes(DType dtype, int64_t depth) { return quad_bytes(dtype, kQuadPanels, depth); }
 
-// True when boxes a and b are equal on every axis but the last (the same x rows).
-bool same_rows(const Box& a, const Box& b) {
-  if (a.rank() != b.rank()) return false;
-  for (int d = 0; d + 1 < a.rank(); ++d)
-    if (!(a[d] == b[d])) return false;
-  return true;
-}
-
 // Linears sharing their x rows (a group launch, linear_q8.h; or one linear): each chunk of x rows
 // is quantised once, then each member's panels run against it in turn (members whose packed
 // weights lie back to back make one stream). kDigitsQuantize: nullptr for int8 activations
