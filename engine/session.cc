@@ -361,8 +361,9 @@ void GraphSession::write(std::string_view input, const Box& box, std::span<const
   copy_box_to_view(values_[static_cast<size_t>(id)].view, box, data.data());
   invalidate_mirror(id, Region(box));
   const int64_t sequence = ++write_sequence_;
-  if (write_log_.size() == kWriteLogSize) write_log_.erase(write_log_.begin());
-  write_log_.push_back({sequence, absl::StrCat("write #", sequence, " to '", std::string(input), "' ", box.to_string())});
+  // Formatted only when explain asks (a decode step writes once per token).
+  if (write_log_.size() < kWriteLogSize) write_log_.push_back({sequence, id, box});
+  else write_log_[static_cast<size_t>(sequence - 1) % kWriteLogSize] = {sequence, id, box};  // the oldest
   propagate_dirt(*graph_, id, box, dirt_scratch_);
   const std::vector<NodeId>& touched = dirt_scratch_.touched;
   for (size_t j = 0; j < touched.size(); ++j) {

@@ -257,9 +257,10 @@ class GraphSession {
   void collect_candidates(std::vector<KeepCandidate>& candidates, int64_t& pinned);
   void apply_kept(NodeId id, bool keep);
   void derive_hints();
-  struct WriteRecord {
+  struct WriteRecord {  // explain formats it: "write #3 to 'ids' [5, 6)"
     int64_t sequence;
-    std::string what;  // "write #3 to 'ids' [5, 6)"
+    NodeId input;
+    Box box;
   };
   template <class T>
   static DType dtype_of();
@@ -345,7 +346,7 @@ class GraphSession {
   mutable std::string last_plan_;
   mutable bool last_plan_stale_ = false;
   std::vector<int64_t> dirtied_by_;  // per node: sequence of the last write that dirtied it, -1 none
-  std::vector<WriteRecord> write_log_;  // the last writes (bounded), for explain
+  std::vector<WriteRecord> write_log_;  // the last writes, for explain: write #s at (s - 1) % 64
   int64_t write_sequence_ = 0;
 };
 

@@ -345,7 +345,9 @@ Explanation GraphSession::explain(std::string_view output, const Box& box) const
     else {
       entry.why = "an earlier write dirtied it";
       for (const WriteRecord& w : write_log_)
-        if (w.sequence == dirtied_by_[i]) entry.why = absl::StrCat(w.what, " dirtied it");
+        if (w.sequence == dirtied_by_[i])
+          entry.why = absl::StrCat("write #", w.sequence, " to '", graph_->node(w.input).attrs_as<InputAttrs>().name, "' ",
+                                   w.box.to_string(), " dirtied it");
     }
     result.elements += entry.compute.volume();
     result.entries.push_back(std::move(entry));

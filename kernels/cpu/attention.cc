@@ -600,7 +600,7 @@ void run_rows(const AttentionJob& job, int64_t begin, int64_t end) {
   const int row = job.rank - 3, head = job.rank - 2, col = job.rank - 1;
   const int64_t j0 = args.box.begin(col), columns = args.box.extent(col);
   float* const scratch = job.scratch;
-  int64_t index[kMaxRank];
+  int64_t index[kMaxRank] = {};  // all of it is copied (make_row)
   // Row r's inputs, its scores at `scores` (copies of its rows after its scores and sums when not
   // direct).
   auto make_row = [&](int64_t r, float* scores) {
@@ -620,7 +620,7 @@ void run_rows(const AttentionJob& job, int64_t begin, int64_t end) {
     a.scores = scores;
     index[col] = 0;
     int64_t kv_index[kMaxRank];
-    std::copy(index, index + job.rank, kv_index);
+    std::copy(index, index + kMaxRank, kv_index);  // a fixed size: inline moves, no library call
     kv_index[row] = first;
     kv_index[head] = h / job.group;
     if (job.direct) {

@@ -199,6 +199,15 @@ TEST_CASE("planner: explain says what a read would compute and why, running noth
   CHECK(after.entries[2].valid_elements == 5);                 // c: five rows still valid
   CHECK(after.entries[2].why.find("write #2 to 'a' [2:3, 0:4]") != std::string::npos);
   CHECK(after.to_string().find("compute") != std::string::npos);
+  // The log holds the last 64 writes, the newest replacing the oldest: after 70 more writes
+  // (#3 to #72, each read back), the last one is the one named.
+  for (int i = 0; i < 70; ++i) {
+    s.read<float>("c", Box{{0, 6}});
+    s.write("a", Box{{i % 6, i % 6 + 1}, {0, 4}}, std::vector<float>(4, 0.5f));
+  }
+  Explanation wrapped = s.explain("c", Box{{0, 6}});
+  REQUIRE(wrapped.entries.size() == 3);
+  CHECK(wrapped.entries[2].why == "write #72 to 'a' [3:4, 0:4] dirtied it");
   // Rows 0 and 1 of c are valid: nothing below c is even looked at.
   CHECK(s.explain("c", Box{{0, 2}}).entries.size() == 1);
   CHECK(s.explain("c", Box{{0, 2}}).elements == 0);
