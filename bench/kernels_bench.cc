@@ -11,9 +11,10 @@
 // pool's size is fixed per process by TESSERA_THREADS).
 //
 // Usage: kernels_bench [--threads N] [--isa portable|avx2|avx512|avx512vnni] [--small-pages] [--hot] [--cpu-time]
-//                      [--quick] [--only TEXT]
+//                      [--quick] [--only TEXT] [--stream-prefetch BYTES]
 // (--only runs the configurations whose label, e.g. "linear q4_K decode" or "attention gemma3
-// prefill", contains TEXT.)
+// prefill", contains TEXT; --stream-prefetch sets how far ahead one-row decode prefetches its
+// weights, cpu::stream_prefetch_distance, 0 for none, in place of the CPU's default.)
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -283,10 +284,11 @@ void bench_attention(const char* model, int64_t hq, int64_t hkv, int64_t d, int6
 }
 
 void run_suite(const Options& options) {
-  std::printf("== 1 thread (kernels called directly), isa %s, %s pages, weights %s ==\n",
+  std::printf("== 1 thread (kernels called directly), isa %s, %s pages, weights %s, decode prefetch %lld bytes ahead ==\n",
               cpu::isa_name(cpu::detected_isa()),
               options.small_pages ? "small" : "huge",
-              options.hot ? "cache-resident (--hot)" : "streamed from memory");
+              options.hot ? "cache-resident (--hot)" : "streamed from memory",
+              static_cast<long long>(cpu::stream_prefetch_distance()));
   if (options.cpu_time) std::printf("(times are process CPU time per call)\n");
   const int64_t shapes[][2] = {{576, 1536}, {1536, 576}, {640, 2048}, {576, 49152}, {640, 262144}};
   for (DType dtype : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_0})
@@ -327,11 +329,13 @@ int main(int argc, char** argv) {
       options.only = argv[++i];
     else if (arg == "--isa" && i + 1 < argc)
       setenv("TESSERA_CPU_ISA", argv[++i], 1);
+    else if (arg == "--stream-prefetch" && i + 1 < argc)
+      setenv("TESSERA_STREAM_PREFETCH", argv[++i], 1);
     else {
       const bool help = arg == "--help" || arg == "-h";
       std::fprintf(help ? stdout : stderr,
                    "usage: %s [--threads N] [--isa portable|avx2|avx512|avx512vnni] [--small-pages] [--hot] "
-                   "[--cpu-time] [--quick] [--only TEXT]\n",
+                   "[--cpu-time] [--quick] [--only TEXT] [--stream-prefetch BYTES]\n",
                    argv[0]);
       return help ? 0 : 2;
     }

@@ -46,6 +46,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "bench/profile_table.h"
+#include "kernels/cpu/cpu_kernels.h"
 #include "loaders/llm.h"
 #include "loaders/tokenizer.h"
 
@@ -483,9 +484,9 @@ int main(int argc, char** argv) {
   std::vector<double> bandwidth;
   for (int threads : options.threads) bandwidth.push_back(read_bandwidth(threads, 5));
   std::printf("LLM figures, tokens/s as min-time / median-time rounds (%d rounds, %d decode steps each); our linear "
-              "kernels: TESSERA_LINEAR=%s; our K/V cache %s%s\n",
+              "kernels: TESSERA_LINEAR=%s, decode weight prefetch %lld bytes ahead; our K/V cache %s%s\n",
               options.rounds, options.steps, linear != nullptr && *linear != '\0' ? linear : "(unset: int24)",
-              dtype_name(options.kv),
+              static_cast<long long>(cpu::stream_prefetch_distance()), dtype_name(options.kv),
               g_cpu_time ? "; ours timed in process CPU seconds" : "");
   for (size_t t = 0; t < options.threads.size(); ++t)
     std::printf("read bandwidth, %d thread(s): %.1f GB/s (1 GiB huge-page buffer, best of 5)\n", options.threads[t],

@@ -1,5 +1,8 @@
 #include "kernels/cpu/cpu_kernels.h"
 
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #if defined(__x86_64__)
@@ -91,6 +94,44 @@ Isa detected_isa() {
   }();
   return isa;
 }
+
+namespace {
+
+int64_t detected_stream_prefetch() {
+  if (const char* bytes = std::getenv("TESSERA_STREAM_PREFETCH"); bytes != nullptr)
+    return std::max<int64_t>(0, std::strtoll(bytes, nullptr, 10));
+#if defined(__x86_64__)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid(0, &eax, &ebx, &ecx, &edx) == 0) return 0;
+  char vendor[13] = {};
+  std::memcpy(vendor, &ebx, 4);
+  std::memcpy(vendor + 4, &edx, 4);
+  std::memcpy(vendor + 8, &ecx, 4);
+  if (std::strcmp(vendor, "AuthenticAMD") != 0 || __get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return 0;
+  // Family: the base family (bits 8-11), plus the extended family (bits 20-27) when it is 0Fh.
+  unsigned family = (eax >> 8) & 0x0F;
+  if (family == 0x0F) family += (eax >> 20) & 0xFF;
+  if (family == 0x1A) return 6 << 10;
+#endif
+  return 0;
+}
+
+std::atomic<int64_t> stream_prefetch{-1};  // -1: not decided yet
+
+}  // namespace
+
+int64_t stream_prefetch_distance() {
+  int64_t bytes = stream_prefetch.load(std::memory_order_relaxed);
+  if (bytes < 0) {
+    bytes = detected_stream_prefetch();
+    int64_t undecided = -1;
+    // A setter's value wins over a detection racing it.
+    if (!stream_prefetch.compare_exchange_strong(undecided, bytes, std::memory_order_relaxed)) bytes = undecided;
+  }
+  return bytes;
+}
+
+void set_stream_prefetch_distance(int64_t bytes) { stream_prefetch.store(std::max<int64_t>(0, bytes), std::memory_order_relaxed); }
 
 const char* isa_name(Isa isa) {
   switch (isa) {

@@ -29,6 +29,18 @@ Isa detected_isa();
 bool isa_supported(Isa isa);
 const char* isa_name(Isa isa);
 
+// How many bytes ahead of the weight block it works on a one-row (decode) integer linear tile
+// software-prefetches its packed weights (linear_q8.h), or 0 for none: decode streams every
+// weight from memory once, and a single core's hardware prefetchers alone keep too few lines in
+// flight on some CPUs. Decided once per process from the CPU: AMD family 1Ah (Zen 5) 6 KiB
+// (kernels_bench one-row decode, weights streamed: 27-32 -> 41-44 GB/s for Q8_0 and Q4_1, 16 ->
+// 36-40 for Q5_K and Q6_K, against a plain read's 42-47); every other CPU 0 (on Zen 4 prefetches
+// inside the stream measured 6-30% slower; Intel's CPUs were not measured).
+// TESSERA_STREAM_PREFETCH=bytes in the environment overrides it (0: none); the setter is for
+// tests and benchmarks, which compare both ways in one process. Results never depend on it.
+int64_t stream_prefetch_distance();
+void set_stream_prefetch_distance(int64_t bytes);
+
 // How linear on block-quantised weights treats its activations, from TESSERA_LINEAR in the
 // environment, read whenever a kernel is chosen (so a process can choose per session):
 // - Int24 (the default, or "int24"): every activation block scaled to 24 bits and split into

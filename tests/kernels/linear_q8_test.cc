@@ -287,8 +287,15 @@ TEST_CASE("kernels: linear_q8 gives the same bits for one row and for chunks of 
 
 TEST_CASE("kernels: linear_q8 one-row decode equals the portable path for any block count and width") {
   // One x row takes the four-panel body (64 columns); 1 to 9 blocks and widths that are not a
-  // multiple of a panel.
+  // multiple of a panel. With and without the decode's weight prefetch (stream_prefetch_distance:
+  // on or off by CPU), at an odd distance too.
   std::mt19937_64 rng(36);
+  const int64_t detected = cpu::stream_prefetch_distance();
+  struct Restore {
+    int64_t bytes;
+    ~Restore() { cpu::set_stream_prefetch_distance(bytes); }
+  } restore{detected};
+  for (int64_t prefetch : {int64_t{0}, int64_t{6} << 10, int64_t{100}})
   for (cpu::LinearPath path : kPaths)
   for (DType dtype : kCovered) {
     const int64_t block = cpu::q8::activation_block(dtype);
@@ -299,6 +306,9 @@ TEST_CASE("kernels: linear_q8 one-row decode equals the portable path for any bl
       CAPTURE(path_label);
       CAPTURE(std::string(dtype_name(dtype)));
       CAPTURE(blocks);
+      CAPTURE(prefetch);
+      cpu::set_stream_prefetch_distance(prefetch);
+      REQUIRE(cpu::stream_prefetch_distance() == prefetch);
       const Box full = Box::full(c.f.node().shape);
       const std::vector<float> portable = c.f.run(c.kernel(cpu::Isa::Portable), full);
       for (cpu::Isa isa : all_isas()) {
