@@ -499,15 +499,16 @@ void group_scores_avx512(const AttentionRow* rows, int64_t i0, int64_t i1, bool 
 
 // Adds p_i * v_i over keys [i0, i1) to the column sums of kHeads rows sharing their values, as
 // group_weighted_avx2 (the same fma per column and key, in key order), 64 columns at a time (48
-// for four rows); the columns after the last whole chunk go to group_weighted_avx2.
+// for four rows) from column j_begin; the columns after the last whole chunk go to
+// group_weighted_avx2.
 template <class T, int kHeads>
-void group_weighted_avx512(const AttentionRow* rows, float* const* sums, int64_t i0, int64_t i1) {
+void group_weighted_avx512(const AttentionRow* rows, float* const* sums, int64_t i0, int64_t i1, int64_t j_begin = 0) {
   constexpr int kVectors = kHeads <= 3 ? 8 : 6;
   constexpr int64_t kChunk = 8 * kVectors;
   constexpr int64_t kChunkBytes = kChunk * static_cast<int64_t>(sizeof(T));
   const AttentionRow& r0 = rows[0];
   const int64_t v_stride = r0.v_stride;
-  int64_t j0 = 0;
+  int64_t j0 = j_begin;
   for (; j0 + kChunk <= r0.columns; j0 += kChunk) {
     __m256 acc[kHeads][kVectors];
 #pragma GCC unroll 8
@@ -537,14 +538,139 @@ void group_weighted_avx512(const AttentionRow* rows, float* const* sums, int64_t
   if (j0 < r0.columns) group_weighted_avx2<T, kHeads>(rows, sums, i0, i1, j0);
 }
 
+// ---- 512-bit vectors: two keys per vector --------------------------------------------------
+// With D a multiple of 8, a score's 8-lane chain over D runs in one half of a 512-bit vector, two
+// keys per vector (their fmas in one instruction, the same per-lane operations), and its halves
+// go to hsum8 as above; a column's chain over keys runs 16 columns per vector. The same bits as
+// the 256-bit code, at twice the work per instruction where the core executes 512-bit vectors at
+// full width (AMD Zen 5, kernels_bench one-row decode with f16 K/V streamed from memory:
+// Gemma-3-270M at context 1024 38.5 -> 28.4 us, its 512-key window 19.5 -> 14.0, at 128 7.7 ->
+// 6.4; SmolLM2-135M at 1024 28.4 -> 26.4, with K/V in cache 26.1 -> 23.2. Zen 4, which splits
+// 512-bit operations in two, and Intel's cores were not measured).
+
+// Eight elements of key a in the low half, eight of key b in the high half, as floats.
+inline __m512 load_pair(const float* a, const float* b) {
+  return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(a)), _mm256_loadu_ps(b), 1);
+}
+inline __m512 load_pair(const uint16_t* a, const uint16_t* b) {
+  const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a));
+  const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b));
+  return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1));
+}
+// Sixteen consecutive elements as floats.
+inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 load16(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+
+// Dot products of kHeads query rows with kKeys (a multiple of 8) keys from key i0, D a multiple
+// of 8: keys 2p and 2p + 1 share vector p.
+template <class T, int kHeads, int kKeys>
+void group_dots_wide(const AttentionRow* rows, int64_t i0, float* const* out) {
+  constexpr int kPairs = kKeys / 2;
+  const int64_t k_stride = rows[0].k_stride, dim = rows[0].dim;
+  const T* k = static_cast<const T*>(rows[0].k) + i0 * k_stride;
+  __m512 acc[kHeads][kPairs];
+#pragma GCC unroll 8
+  for (int h = 0; h < kHeads; ++h)
+#pragma GCC unroll 8
+    for (int p = 0; p < kPairs; ++p) acc[h][p] = _mm512_setzero_ps();
+  for (int64_t d = 0; d < dim; d += 8) {
+    __m512 qv[kHeads];
+#pragma GCC unroll 8
+    for (int h = 0; h < kHeads; ++h) qv[h] = _mm512_broadcast_f32x8(_mm256_loadu_ps(rows[h].q + d));
+#pragma GCC unroll 8
+    for (int p = 0; p < kPairs; ++p) {
+      const __m512 kv = load_pair(k + 2 * p * k_stride + d, k + (2 * p + 1) * k_stride + d);
+#pragma GCC unroll 8
+      for (int h = 0; h < kHeads; ++h) acc[h][p] = _mm512_fmadd_ps(qv[h], kv, acc[h][p]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int h = 0; h < kHeads; ++h)
+#pragma GCC unroll 2
+    for (int e = 0; e < kKeys / 8; ++e) {
+      __m256 halves[8];
+#pragma GCC unroll 4
+      for (int p = 0; p < 4; ++p) {
+        halves[2 * p] = _mm512_castps512_ps256(acc[h][4 * e + p]);
+        halves[2 * p + 1] = _mm512_extractf32x8_ps(acc[h][4 * e + p], 1);
+      }
+      _mm256_storeu_ps(out[h] + i0 + 8 * e, hsum8(halves));
+    }
+}
+
+// Raw scores of keys [i0, i1), as group_scores_avx512 (the same prefetches), 16 keys at a time
+// for one row (eight independent chains), eight for more; D not a multiple of 8 runs there.
+template <class T, int kHeads>
+void group_scores_wide(const AttentionRow* rows, int64_t i0, int64_t i1, bool early_values) {
+  if (rows[0].dim % 8 != 0) return group_scores_avx512<T, kHeads>(rows, i0, i1, early_values);
+  constexpr int kCount = kHeads == 1 ? 16 : 8;
+  float* out[kHeads];
+  for (int h = 0; h < kHeads; ++h) out[h] = rows[h].scores;
+  const int64_t k_bytes = rows[0].dim * static_cast<int64_t>(sizeof(T));
+  const int64_t k_stride = rows[0].k_stride * static_cast<int64_t>(sizeof(T));
+  const char* k = static_cast<const char*>(rows[0].k) + kKeyBlock * k_stride;
+  const int64_t v_bytes = early_values ? rows[0].columns * static_cast<int64_t>(sizeof(T)) : 0;
+  const int64_t v_stride = rows[0].v_stride * static_cast<int64_t>(sizeof(T));
+  const char* v = static_cast<const char*>(rows[0].v);
+  int64_t i = i0;
+  for (; i + kCount <= i1; i += kCount) {
+    for (int j = 0; j < kCount; ++j) {
+      for (int64_t o = 0; o < k_bytes; o += 64) _mm_prefetch(k + (i + j) * k_stride + o, _MM_HINT_T1);
+      for (int64_t o = 0; o < v_bytes; o += 64) _mm_prefetch(v + (i + j) * v_stride + o, _MM_HINT_T1);
+    }
+    group_dots_wide<T, kHeads, kCount>(rows, i, out);
+  }
+  if (i < i1) group_scores_avx512<T, kHeads>(rows, i, i1, early_values);
+}
+
+// Adds p_i * v_i over keys [i0, i1) to the column sums, as group_weighted_avx512 (the same fma
+// per column and key, in key order), 16 columns a vector, 128 columns a sweep for one row, 64
+// for more; the columns after the last whole sweep go to group_weighted_avx512.
+template <class T, int kHeads>
+void group_weighted_wide(const AttentionRow* rows, float* const* sums, int64_t i0, int64_t i1) {
+  constexpr int kVectors = kHeads == 1 ? 8 : 4;
+  constexpr int64_t kChunk = 16 * kVectors;
+  constexpr int64_t kChunkBytes = kChunk * static_cast<int64_t>(sizeof(T));
+  const AttentionRow& r0 = rows[0];
+  const int64_t v_stride = r0.v_stride;
+  int64_t j0 = 0;
+  for (; j0 + kChunk <= r0.columns; j0 += kChunk) {
+    __m512 acc[kHeads][kVectors];
+#pragma GCC unroll 8
+    for (int h = 0; h < kHeads; ++h)
+#pragma GCC unroll 8
+      for (int c = 0; c < kVectors; ++c) acc[h][c] = _mm512_loadu_ps(sums[h] + j0 + 16 * c);
+    const T* v = static_cast<const T*>(r0.v) + j0 + i0 * v_stride;
+    for (int64_t i = i0; i < i1; ++i, v += v_stride) {
+      const char* next = reinterpret_cast<const char*>(v + kKeyBlock * v_stride);
+      for (int64_t o = 0; o < kChunkBytes; o += 64) _mm_prefetch(next + o, _MM_HINT_T1);
+      _mm_prefetch(next + kChunkBytes - 1, _MM_HINT_T1);
+      __m512 p[kHeads];
+#pragma GCC unroll 8
+      for (int h = 0; h < kHeads; ++h) p[h] = _mm512_set1_ps(rows[h].scores[i]);
+#pragma GCC unroll 8
+      for (int c = 0; c < kVectors; ++c) {
+        const __m512 x = load16(v + 16 * c);
+#pragma GCC unroll 8
+        for (int h = 0; h < kHeads; ++h) acc[h][c] = _mm512_fmadd_ps(p[h], x, acc[h][c]);
+      }
+    }
+#pragma GCC unroll 8
+    for (int h = 0; h < kHeads; ++h)
+#pragma GCC unroll 8
+      for (int c = 0; c < kVectors; ++c) _mm512_storeu_ps(sums[h] + j0 + 16 * c, acc[h][c]);
+  }
+  if (j0 < r0.columns) group_weighted_avx512<T, kHeads>(rows, sums, i0, i1, j0);
+}
+
 struct Avx512Groups {
   template <class T, int kHeads>
   static void scores(const AttentionRow* rows, int64_t i0, int64_t i1, const RowBatch& b) {
-    group_scores_avx512<T, kHeads>(rows, i0, i1, b.early_values);
+    group_scores_wide<T, kHeads>(rows, i0, i1, b.early_values);
   }
   template <class T, int kHeads>
   static void weighted(const AttentionRow* rows, float* const* sums, int64_t i0, int64_t i1) {
-    group_weighted_avx512<T, kHeads>(rows, sums, i0, i1);
+    group_weighted_wide<T, kHeads>(rows, sums, i0, i1);
   }
 };
 

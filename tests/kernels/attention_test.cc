@@ -179,11 +179,12 @@ TEST_CASE("kernels: attention decode row equals the same row of a long prefill")
 }
 
 TEST_CASE("kernels: attention's AVX-512 path gives the AVX2 path's bits") {
-  // The AVX-512 path reduces eight (or four) keys' scores together and sums 48 or 64 value
-  // columns per sweep, in the same order per element as the AVX2 path: its output must be
-  // bitwise equal, for every group size (1 to 4 query heads per K/V head), head dims with and
-  // without a tail of 8, columns beyond a whole chunk, keys beyond a block and not a multiple
-  // of 8, and both K/V dtypes read in place.
+  // The AVX-512 path reduces eight (or four) keys' scores together, runs two keys' score chains
+  // per 512-bit vector (D a multiple of 8) and sums 64 or 128 value columns per sweep of 512-bit
+  // vectors (48 or 64 of 256-bit ones after them), in the same order per element as the AVX2
+  // path: its output must be bitwise equal, for every group size (1 to 4 query heads per K/V
+  // head), head dims with and without a tail of 8, columns beyond a whole chunk, keys beyond a
+  // block and not a multiple of 8 or 16, and both K/V dtypes read in place.
   if (!cpu::isa_supported(cpu::Isa::Avx512)) {
     MESSAGE("skipped: this CPU has no AVX-512");
     return;
@@ -197,7 +198,8 @@ TEST_CASE("kernels: attention's AVX-512 path gives the AVX2 path's bits") {
     for (const Case& c : {Case{64, 64, 9, 3, 1, 130, 0, false}, Case{64, 64, 9, 3, 70, 70, 0, true},
                           Case{256, 256, 4, 1, 3, 101, 0, false}, Case{72, 120, 2, 1, 60, 60, 20, true},
                           Case{13, 50, 8, 2, 57, 57, 0, true}, Case{5, 200, 3, 3, 2, 97, 0, false},
-                          Case{64, 48, 12, 3, 9, 250, 0, false}}) {
+                          Case{64, 48, 12, 3, 9, 250, 0, false}, Case{32, 136, 4, 4, 5, 77, 0, false},
+                          Case{128, 64, 2, 2, 40, 40, 0, true}}) {
       CAPTURE(dtype_name(kv));
       CAPTURE(c.d);
       CAPTURE(c.dv);
