@@ -472,11 +472,11 @@ void group_dots_avx512(const AttentionRow* rows, int64_t i0, float* const* out) 
   }
 }
 
-// Raw scores of keys [i0, i1), as group_scores_avx2: up to three rows take eight keys at a time
-// (24 accumulators), four rows four keys.
-template <class T, int kHeads>
-void group_scores_avx512(const AttentionRow* rows, int64_t i0, int64_t i1, bool early_values) {
-  constexpr int kCount = kHeads <= 3 ? 8 : 4;
+// Scores of keys from i0 for kHeads rows sharing their keys, kCount keys per kDots call while
+// they fit before i1, fetching the same keys of the next block (and, early_values, these keys'
+// values) meanwhile; returns the first key left.
+template <class T, int kHeads, int kCount, void (*kDots)(const AttentionRow*, int64_t, float* const*)>
+int64_t score_runs(const AttentionRow* rows, int64_t i0, int64_t i1, bool early_values) {
   float* out[kHeads];
   for (int h = 0; h < kHeads; ++h) out[h] = rows[h].scores;
   const int64_t k_bytes = rows[0].dim * static_cast<int64_t>(sizeof(T));
@@ -487,55 +487,100 @@ void group_scores_avx512(const AttentionRow* rows, int64_t i0, int64_t i1, bool 
   const char* v = static_cast<const char*>(rows[0].v);
   int64_t i = i0;
   for (; i + kCount <= i1; i += kCount) {
-    // The same keys of the next block, and (early_values) these keys' values.
     for (int j = 0; j < kCount; ++j) {
       for (int64_t o = 0; o < k_bytes; o += 64) _mm_prefetch(k + (i + j) * k_stride + o, _MM_HINT_T1);
       for (int64_t o = 0; o < v_bytes; o += 64) _mm_prefetch(v + (i + j) * v_stride + o, _MM_HINT_T1);
     }
-    group_dots_avx512<T, kHeads, kCount>(rows, i, out);
+    kDots(rows, i, out);
   }
-  for (; i < i1; ++i) group_dots_avx2<T, kHeads, 1>(rows, i, out);
+  return i;
 }
 
-// Adds p_i * v_i over keys [i0, i1) to the column sums of kHeads rows sharing their values, as
-// group_weighted_avx2 (the same fma per column and key, in key order), 64 columns at a time (48
-// for four rows) from column j_begin; the columns after the last whole chunk go to
-// group_weighted_avx2.
+// Raw scores of keys [i0, i1), as group_scores_avx2: up to three rows take eight keys at a time
+// (24 accumulators), four rows four keys.
 template <class T, int kHeads>
-void group_weighted_avx512(const AttentionRow* rows, float* const* sums, int64_t i0, int64_t i1, int64_t j_begin = 0) {
-  constexpr int kVectors = kHeads <= 3 ? 8 : 6;
-  constexpr int64_t kChunk = 8 * kVectors;
+void group_scores_avx512(const AttentionRow* rows, int64_t i0, int64_t i1, bool early_values) {
+  constexpr int kCount = kHeads <= 3 ? 8 : 4;
+  float* out[kHeads];
+  for (int h = 0; h < kHeads; ++h) out[h] = rows[h].scores;
+  for (int64_t i = score_runs<T, kHeads, kCount, group_dots_avx512<T, kHeads, kCount>>(rows, i0, i1, early_values); i < i1; ++i)
+    group_dots_avx2<T, kHeads, 1>(rows, i, out);
+}
+
+// Sixteen consecutive elements as floats.
+inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 load16(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+
+// 256-bit and 512-bit float vectors for weighted_sweeps.
+struct Ymm {
+  using V = __m256;
+  static constexpr int64_t kLanes = 8;
+  static V load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, V x) { _mm256_storeu_ps(p, x); }
+  static V set1(float x) { return _mm256_set1_ps(x); }
+  static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  template <class T>
+  static V elements(const T* p) { return load8(p); }
+};
+struct Zmm {
+  using V = __m512;
+  static constexpr int64_t kLanes = 16;
+  static V load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, V x) { _mm512_storeu_ps(p, x); }
+  static V set1(float x) { return _mm512_set1_ps(x); }
+  static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  template <class T>
+  static V elements(const T* p) { return load16(p); }
+};
+
+// Adds p_i * v_i over keys [i0, i1) to the column sums of kHeads rows sharing their values (the
+// same fma per column and key, in key order, as group_weighted_avx2), kVectors vectors of W's
+// lanes per sweep over a block's keys, from column j_begin while a whole sweep fits; returns the
+// first column left. Each V vector is loaded once for all rows, the same lines of the next key
+// block fetched meanwhile.
+template <class W, class T, int kHeads, int kVectors>
+int64_t weighted_sweeps(const AttentionRow* rows, float* const* sums, int64_t i0, int64_t i1, int64_t j_begin) {
+  using V = typename W::V;
+  constexpr int64_t kChunk = W::kLanes * kVectors;
   constexpr int64_t kChunkBytes = kChunk * static_cast<int64_t>(sizeof(T));
   const AttentionRow& r0 = rows[0];
   const int64_t v_stride = r0.v_stride;
   int64_t j0 = j_begin;
   for (; j0 + kChunk <= r0.columns; j0 += kChunk) {
-    __m256 acc[kHeads][kVectors];
+    V acc[kHeads][kVectors];
 #pragma GCC unroll 8
     for (int h = 0; h < kHeads; ++h)
 #pragma GCC unroll 8
-      for (int c = 0; c < kVectors; ++c) acc[h][c] = _mm256_loadu_ps(sums[h] + j0 + 8 * c);
+      for (int c = 0; c < kVectors; ++c) acc[h][c] = W::load(sums[h] + j0 + W::kLanes * c);
     const T* v = static_cast<const T*>(r0.v) + j0 + i0 * v_stride;
     for (int64_t i = i0; i < i1; ++i, v += v_stride) {
       const char* next = reinterpret_cast<const char*>(v + kKeyBlock * v_stride);
       for (int64_t o = 0; o < kChunkBytes; o += 64) _mm_prefetch(next + o, _MM_HINT_T1);
       _mm_prefetch(next + kChunkBytes - 1, _MM_HINT_T1);
-      __m256 p[kHeads];
+      V p[kHeads];
 #pragma GCC unroll 8
-      for (int h = 0; h < kHeads; ++h) p[h] = _mm256_set1_ps(rows[h].scores[i]);
+      for (int h = 0; h < kHeads; ++h) p[h] = W::set1(rows[h].scores[i]);
 #pragma GCC unroll 8
       for (int c = 0; c < kVectors; ++c) {
-        const __m256 x = load8(v + 8 * c);
+        const V x = W::template elements<T>(v + W::kLanes * c);
 #pragma GCC unroll 8
-        for (int h = 0; h < kHeads; ++h) acc[h][c] = _mm256_fmadd_ps(p[h], x, acc[h][c]);
+        for (int h = 0; h < kHeads; ++h) acc[h][c] = W::fma(p[h], x, acc[h][c]);
       }
     }
 #pragma GCC unroll 8
     for (int h = 0; h < kHeads; ++h)
 #pragma GCC unroll 8
-      for (int c = 0; c < kVectors; ++c) _mm256_storeu_ps(sums[h] + j0 + 8 * c, acc[h][c]);
+      for (int c = 0; c < kVectors; ++c) W::store(sums[h] + j0 + W::kLanes * c, acc[h][c]);
   }
-  if (j0 < r0.columns) group_weighted_avx2<T, kHeads>(rows, sums, i0, i1, j0);
+  return j0;
+}
+
+// The column sums as group_weighted_avx2, 64 columns a sweep of 256-bit vectors (48 for four
+// rows) from column j_begin; the columns after the last whole sweep go to group_weighted_avx2.
+template <class T, int kHeads>
+void group_weighted_avx512(const AttentionRow* rows, float* const* sums, int64_t i0, int64_t i1, int64_t j_begin = 0) {
+  const int64_t j0 = weighted_sweeps<Ymm, T, kHeads, kHeads <= 3 ? 8 : 6>(rows, sums, i0, i1, j_begin);
+  if (j0 < rows[0].columns) group_weighted_avx2<T, kHeads>(rows, sums, i0, i1, j0);
 }
 
 // ---- 512-bit vectors: two keys per vector --------------------------------------------------
@@ -557,9 +602,6 @@ inline __m512 load_pair(const uint16_t* a, const uint16_t* b) {
   const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b));
   return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1));
 }
-// Sixteen consecutive elements as floats.
-inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
-inline __m512 load16(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
 
 // Dot products of kHeads query rows with kKeys (a multiple of 8) keys from key i0, D a multiple
 // of 8: keys 2p and 2p + 1 share vector p.
@@ -604,63 +646,16 @@ template <class T, int kHeads>
 void group_scores_wide(const AttentionRow* rows, int64_t i0, int64_t i1, bool early_values) {
   if (rows[0].dim % 8 != 0) return group_scores_avx512<T, kHeads>(rows, i0, i1, early_values);
   constexpr int kCount = kHeads == 1 ? 16 : 8;
-  float* out[kHeads];
-  for (int h = 0; h < kHeads; ++h) out[h] = rows[h].scores;
-  const int64_t k_bytes = rows[0].dim * static_cast<int64_t>(sizeof(T));
-  const int64_t k_stride = rows[0].k_stride * static_cast<int64_t>(sizeof(T));
-  const char* k = static_cast<const char*>(rows[0].k) + kKeyBlock * k_stride;
-  const int64_t v_bytes = early_values ? rows[0].columns * static_cast<int64_t>(sizeof(T)) : 0;
-  const int64_t v_stride = rows[0].v_stride * static_cast<int64_t>(sizeof(T));
-  const char* v = static_cast<const char*>(rows[0].v);
-  int64_t i = i0;
-  for (; i + kCount <= i1; i += kCount) {
-    for (int j = 0; j < kCount; ++j) {
-      for (int64_t o = 0; o < k_bytes; o += 64) _mm_prefetch(k + (i + j) * k_stride + o, _MM_HINT_T1);
-      for (int64_t o = 0; o < v_bytes; o += 64) _mm_prefetch(v + (i + j) * v_stride + o, _MM_HINT_T1);
-    }
-    group_dots_wide<T, kHeads, kCount>(rows, i, out);
-  }
+  const int64_t i = score_runs<T, kHeads, kCount, group_dots_wide<T, kHeads, kCount>>(rows, i0, i1, early_values);
   if (i < i1) group_scores_avx512<T, kHeads>(rows, i, i1, early_values);
 }
 
-// Adds p_i * v_i over keys [i0, i1) to the column sums, as group_weighted_avx512 (the same fma
-// per column and key, in key order), 16 columns a vector, 128 columns a sweep for one row, 64
-// for more; the columns after the last whole sweep go to group_weighted_avx512.
+// The column sums as group_weighted_avx2, 16 columns a 512-bit vector, 128 columns a sweep for
+// one row, 64 for more; the columns after the last whole sweep go to group_weighted_avx512.
 template <class T, int kHeads>
 void group_weighted_wide(const AttentionRow* rows, float* const* sums, int64_t i0, int64_t i1) {
-  constexpr int kVectors = kHeads == 1 ? 8 : 4;
-  constexpr int64_t kChunk = 16 * kVectors;
-  constexpr int64_t kChunkBytes = kChunk * static_cast<int64_t>(sizeof(T));
-  const AttentionRow& r0 = rows[0];
-  const int64_t v_stride = r0.v_stride;
-  int64_t j0 = 0;
-  for (; j0 + kChunk <= r0.columns; j0 += kChunk) {
-    __m512 acc[kHeads][kVectors];
-#pragma GCC unroll 8
-    for (int h = 0; h < kHeads; ++h)
-#pragma GCC unroll 8
-      for (int c = 0; c < kVectors; ++c) acc[h][c] = _mm512_loadu_ps(sums[h] + j0 + 16 * c);
-    const T* v = static_cast<const T*>(r0.v) + j0 + i0 * v_stride;
-    for (int64_t i = i0; i < i1; ++i, v += v_stride) {
-      const char* next = reinterpret_cast<const char*>(v + kKeyBlock * v_stride);
-      for (int64_t o = 0; o < kChunkBytes; o += 64) _mm_prefetch(next + o, _MM_HINT_T1);
-      _mm_prefetch(next + kChunkBytes - 1, _MM_HINT_T1);
-      __m512 p[kHeads];
-#pragma GCC unroll 8
-      for (int h = 0; h < kHeads; ++h) p[h] = _mm512_set1_ps(rows[h].scores[i]);
-#pragma GCC unroll 8
-      for (int c = 0; c < kVectors; ++c) {
-        const __m512 x = load16(v + 16 * c);
-#pragma GCC unroll 8
-        for (int h = 0; h < kHeads; ++h) acc[h][c] = _mm512_fmadd_ps(p[h], x, acc[h][c]);
-      }
-    }
-#pragma GCC unroll 8
-    for (int h = 0; h < kHeads; ++h)
-#pragma GCC unroll 8
-      for (int c = 0; c < kVectors; ++c) _mm512_storeu_ps(sums[h] + j0 + 16 * c, acc[h][c]);
-  }
-  if (j0 < r0.columns) group_weighted_avx512<T, kHeads>(rows, sums, i0, i1, j0);
+  const int64_t j0 = weighted_sweeps<Zmm, T, kHeads, kHeads == 1 ? 8 : 4>(rows, sums, i0, i1, 0);
+  if (j0 < rows[0].columns) group_weighted_avx512<T, kHeads>(rows, sums, i0, i1, j0);
 }
 
 struct Avx512Groups {
