@@ -66,6 +66,7 @@ struct BackendStats {
   int64_t kernels_reused = 0;
   int64_t launches = 0;
   int64_t grouped_launches = 0;  // launches run inside an earlier one's group call (cpu: linears sharing x)
+  int64_t phased_launches = 0;  // launches a team ran in two phases (cpu: a decode step's attention)
   int64_t prepared_bytes = 0;  // data prepared once for kernels (cpu: weights packed for int8 linear)
 };
 

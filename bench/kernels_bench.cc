@@ -281,6 +281,32 @@ void bench_attention(const char* model, int64_t hq, int64_t hkv, int64_t d, int6
       label.c_str(), static_cast<long long>(hq), static_cast<long long>(hkv), static_cast<long long>(d),
       static_cast<long long>(context), static_cast<long long>(rows), seconds * 1e6,
       flops / seconds * 1e-9, bytes / seconds * 1e-9);
+  // A decode row as a 2-member team runs it in phases (AttentionPhases; a team does when it has
+  // more members than K/V heads): one member's scores tile (half the keys), then its values
+  // part (half the columns).
+  const AttentionPhases phases = cpu::attention_phases(g, a.node(), kernel);
+  if (rows != 1 || !phases) return;
+  std::vector<float> shared(static_cast<size_t>(phases.shared_bytes / 4 + 16));
+  float* aligned = shared.data() + (64 - reinterpret_cast<uintptr_t>(shared.data()) % 64) % 64 / 4;
+  const double scores = time_calls(
+      [&] {
+        (void)phases.scores(*calls[static_cast<size_t>(next)], 0, 2, aligned);
+        next = (next + 1) % copies;
+      },
+      options.quick ? 0.15 : 0.5);
+  Box part = box;
+  part[2] = Interval(0, d / 2);
+  std::vector<std::unique_ptr<KernelCall>> part_calls;
+  for (int64_t c = 0; c < copies; ++c)
+    part_calls.push_back(std::make_unique<KernelCall>(g, a.node(), views[static_cast<size_t>(c)], out_view, part));
+  const double values = time_calls(
+      [&] {
+        (void)phases.values(*part_calls[static_cast<size_t>(next)], aligned);
+        next = (next + 1) % copies;
+      },
+      options.quick ? 0.15 : 0.5);
+  std::printf("  as 2 members' phases, each: scores %.1f us + values %.1f us (%s)\n", scores * 1e6, values * 1e6,
+              part.to_string().c_str());
 }
 
 void run_suite(const Options& options) {

@@ -137,6 +137,21 @@ inline bool same_rows(const Box& a, const Box& b) {
   return true;
 }
 
+// An attention kernel's two phases, for a team sharing one query position's work (a decode
+// step) where the fused kernel would give each member whole heads: `scores` computes the raw
+// scores of tile `tile` of `tiles` (a cut of every row's visible keys) for every row of the
+// box into `shared`; once every tile's scores are there, `values` computes any part of the box
+// (some heads, some columns) from them. Each output element gets the fused kernel's bits (a
+// score is a dot product of its own; the softmax and the column sums run over the keys in
+// order as the fused kernel's do). `shared` holds shared_bytes (64-byte aligned), one slot per
+// query head; the box must be one position (extent 1 on every axis before the heads).
+struct AttentionPhases {
+  absl::Status (*scores)(const KernelArgs& args, int tile, int tiles, float* shared) = nullptr;
+  absl::Status (*values)(const KernelArgs& args, const float* shared) = nullptr;
+  int64_t shared_bytes = 0;
+  explicit operator bool() const { return scores != nullptr; }
+};
+
 // KernelArgs built from a graph, for calling a kernel directly (tests, benchmarks):
 // `kernel(KernelCall{graph, node, views, out, box})`. Owns the inputs; not copyable.
 class KernelCall {

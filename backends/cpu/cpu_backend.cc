@@ -36,6 +36,9 @@ class CpuBackend final : public HostBackend {
   GroupKernelFn group_kernel_for(KernelFn kernel) const override {
     return optimised_ ? cpu::group_kernel(kernel) : nullptr;
   }
+  AttentionPhases attention_phases_for(const Graph& graph, const Node& node, KernelFn kernel) const override {
+    return optimised_ ? cpu::attention_phases(graph, node, kernel) : AttentionPhases{};
+  }
   // Made once per weight (its address and shape) and kernel and shared by every plan and
   // session on this backend (the pool's: so by the pool's sessions) and by every other cpu
   // backend of the process that asks for it while one holds it (a pool's 1- and 2-thread

@@ -39,6 +39,7 @@ struct HostStep {
   // of `group` when their launches allow it (groupable()).
   GroupKernelFn group = nullptr;
   int group_size = 1;
+  AttentionPhases phases;  // attention: its kernel's phases (a team's decode steps), if any
 };
 
 // At most this many consecutive linears form a group (q, k and v: three; gate and up: two).
@@ -236,7 +237,53 @@ class HostPreparedPlan final : public PreparedPlan {
   std::vector<HostStep> steps;
   int64_t member_scratch = 0;  // bytes per member (a multiple of 64)
   int members = 1;             // team size the scratch was sized for
+  int64_t shared_scratch = 0;  // bytes after the members' (a team's attention phases)
 };
+
+// A team of more members than K/V heads runs an attention launch in its phases
+// (AttentionPhases) when it is one box of one query position with at least this many visible
+// keys: its scores cut into a tile of keys per member, then its values into a part of the
+// columns per member. Cut along its heads instead (the fused kernel's tiles), every member would
+// read and convert all of the keys and values for only its share of the query heads (Gemma-3:
+// 4 query heads over one K/V head). Gemma-3-270M int8 decode, f16 K/V, 2 threads: a
+// sliding-window layer's attention (512 keys) took 17.8-18.7 us a step in phases against
+// 25-41 us as one tile (member 0's, the others reading ahead), the global layers at context
+// 1024 31-37 us against 44-76 (the machine's bandwidth moving in between); at context 128 7.8
+// against 13 us, with tokens/s within noise (the others read ahead less), hence the threshold.
+// With as many K/V heads as members (SmolLM2-135M: 3 over 2 or 3 members) the heads cut took
+// the same time at context 1024 (26.7-28.3 us against 26.1-29.6) and less at 128 (5.5-6.0
+// against 8.1-8.3: two waits more per phase).
+constexpr int64_t kPhasedKeys = 256;
+
+bool runs_in_phases(const HostStep& step, const StepLaunch& launch, int members) {
+  if (!step.phases || step.kv_heads >= members || launch.boxes.size() != 1 || launch.inputs.size() < 3) return false;
+  const Box& box = launch.boxes[0];
+  const int rank = box.rank();
+  if (rank < 3 || box.empty()) return false;
+  for (int d = 0; d + 2 < rank; ++d)
+    if (box.extent(d) != 1) return false;
+  const int64_t t = box.begin(rank - 3);
+  const int64_t first = step.causal && step.window > 0 ? std::max<int64_t>(0, t - step.window + 1) : 0;
+  const int64_t last = step.causal ? t + 1 : launch.inputs[1].shape[static_cast<size_t>(rank - 3)];
+  static const int64_t hack = getenv("PK") ? atoll(getenv("PK")) : kPhasedKeys;
+  return last - first >= hack;
+}
+
+// Part `tile` of `tiles` of a one-position attention box for its values phase: a cut of its
+// columns at multiples of 16 (each member then reads its columns of every value and runs every
+// head's softmax; cutting the heads instead took 13.3 us per member against 11.2 on Gemma-3-270M
+// decode at context 1024 with 2 threads: each member read all of the values).
+Box values_part(const Box& box, int tile, int tiles) {
+  const int col = box.rank() - 1;
+  const int64_t begin = box.begin(col), extent = box.extent(col);
+  auto cut = [&](int k) {
+    if (k == 0 || k == tiles) return begin + extent * k / tiles;
+    return std::clamp<int64_t>(begin + (extent * k / tiles + 8) / 16 * 16, begin, begin + extent);
+  };
+  Box part = box;
+  part[col] = Interval(cut(tile), cut(tile + 1));
+  return part;
+}
 
 // While launch j runs, what launch j + 1 reads before its kernel starts (its step, node and
 // input views) and the step of launch j + 2 are fetched: a decode step's weight stream evicts
@@ -343,6 +390,10 @@ absl::StatusOr<std::unique_ptr<PreparedPlan>> HostBackend::prepare(const Graph& 
     if (step.kernel == nullptr)
       return absl::InternalError("[backend] supported op without a kernel");
     step.prepared = prepare_node(graph, node, step.kernel);
+    if (step.kv_heads > 0 && threads_ > 1) {
+      step.phases = attention_phases_for(graph, node, step.kernel);
+      prepared->shared_scratch = std::max(prepared->shared_scratch, (step.phases.shared_bytes + 63) / 64 * 64);
+    }
     if (node.kind == OpKind::Linear) {
       const Node& weight = graph.node(node.inputs[1]);
       if (step.prepared != nullptr) {
@@ -376,7 +427,7 @@ absl::StatusOr<std::unique_ptr<PreparedPlan>> HostBackend::prepare(const Graph& 
     }
     i = end;
   }
-  prepared->scratch_bytes = prepared->member_scratch * prepared->members;
+  prepared->scratch_bytes = prepared->member_scratch * prepared->members + prepared->shared_scratch;
   return std::unique_ptr<PreparedPlan>(std::move(prepared));
 }
 
@@ -429,6 +480,26 @@ absl::Status HostBackend::run_group(const PreparedPlan& prepared, std::span<cons
     args.push_back(KernelArgs{nodes[static_cast<size_t>(m)], launch.inputs, launch.out, parts[static_cast<size_t>(m)], scratch});
   }
   return group(std::span<const KernelArgs>(args.data(), args.size()));
+}
+
+// A member that claims a values tile waits for the scores tiles, which were all claimed before
+// it by members that are running them (claims are in order), so it never waits for a tile that
+// no member has reached.
+absl::Status HostBackend::run_phase(const PreparedPlan& prepared, const StepLaunch& launch, uint32_t tile,
+                                    uint32_t score_tiles, const LaunchTiles& tiles, std::span<std::byte> scratch,
+                                    float* shared) const {
+  const HostStep& step = static_cast<const HostPreparedPlan&>(prepared).steps[static_cast<size_t>(launch.step)];
+  KernelNode node(*step.node);
+  node.constant_data = step.constant_data;
+  node.prepared = step.prepared;
+  const Box& box = launch.boxes[0];
+  if (tile < score_tiles)
+    return step.phases.scores(KernelArgs{node, launch.inputs, launch.out, box, scratch}, static_cast<int>(tile),
+                              static_cast<int>(score_tiles), shared);
+  cpu::WorkerTeam::wait_at_least(tiles.done, score_tiles);
+  const Box part = values_part(box, static_cast<int>(tile - score_tiles), static_cast<int>(tiles.total - score_tiles));
+  if (part.empty()) return absl::OkStatus();
+  return step.phases.values(KernelArgs{node, launch.inputs, launch.out, part, scratch}, shared);
 }
 
 absl::Status HostBackend::run(const PreparedPlan& prepared, std::span<const StepLaunch> launches,
@@ -491,6 +562,7 @@ absl::Status HostBackend::run(const PreparedPlan& prepared, std::span<const Step
   // Per launch: the launches its call runs (a group's first: its members; 0 for the members
   // after it, which have no tiles of their own), and the launch before it that has tiles.
   group_count_.assign(launches.size(), 1);
+  score_tiles_.assign(launches.size(), 0);
   previous_.assign(launches.size(), kNoLaunch);
   size_t last_with_tiles = kNoLaunch;
   for (size_t j = 0; j < launches.size(); ++j) {
@@ -527,6 +599,12 @@ absl::Status HostBackend::run(const PreparedPlan& prepared, std::span<const Step
     if (step.kv_heads > 0 && step.kv_heads < members && step.q_heads <= 2 * members && widest.rank() >= 3 &&
         widest.extent(widest.rank() - 3) < int64_t{members} * min_tile_extent(widest.rank() - 3, widest.rank(), step.split_from, step.split_unit))
       tiles = 1;
+    // Such an attention over enough keys runs in its two phases instead (kPhasedKeys).
+    if (group_count_[j] == 1 && runs_in_phases(step, launches[j], members)) {
+      score_tiles_[j] = static_cast<uint32_t>(members);
+      tiles = 2 * members;
+      ++stats_.phased_launches;
+    }
     tiles_[j].total = static_cast<uint32_t>(tiles);
   }
   // For read_ahead: each launch's first streaming launch at or after it, and the bytes streamed
@@ -539,6 +617,9 @@ absl::Status HostBackend::run(const PreparedPlan& prepared, std::span<const Step
   streamed_before_[0] = 0;
   for (size_t j = 0; j < launches.size(); ++j)
     streamed_before_[j + 1] = streamed_before_[j] + plan->steps[static_cast<size_t>(launches[j].step)].stream_bytes;
+  float* const shared = plan->shared_scratch > 0
+                            ? reinterpret_cast<float*>(scratch.data() + plan->member_scratch * members)
+                            : nullptr;
   std::atomic<size_t> failed{launches.size()};
   std::mutex error_mutex;
   absl::Status first_error;
@@ -570,7 +651,8 @@ absl::Status HostBackend::run(const PreparedPlan& prepared, std::span<const Step
            t = launch_tiles.claimed.fetch_add(1, std::memory_order_relaxed)) {
         if (failed.load(std::memory_order_acquire) > j) {
           absl::Status status =
-              group_count_[j] > 1
+              score_tiles_[j] > 0 ? run_phase(prepared, launches[j], t, score_tiles_[j], launch_tiles, slice(member), shared)
+              : group_count_[j] > 1
                   ? run_group(prepared, launches, j, group_count_[j], static_cast<int>(t), static_cast<int>(total), slice(member))
                   : run_launch(prepared, launches[j], static_cast<int>(t), static_cast<int>(total), slice(member));
           if (!status.ok()) {
@@ -581,8 +663,10 @@ absl::Status HostBackend::run(const PreparedPlan& prepared, std::span<const Step
             }
           }
         }
-        // Counted even after a failure, so that no member waits forever.
-        if (launch_tiles.done.fetch_add(1, std::memory_order_acq_rel) + 1 == total) launch_tiles.done.notify_all();
+        // Counted even after a failure, so that no member waits forever (a phased launch's values
+        // tiles wait for its scores tiles: run_phase).
+        const uint32_t done = launch_tiles.done.fetch_add(1, std::memory_order_acq_rel) + 1;
+        if (done == total || done == score_tiles_[j]) launch_tiles.done.notify_all();
       }
     }
     if (member == 0 && launch_times_ != nullptr && last_with_tiles != kNoLaunch) {

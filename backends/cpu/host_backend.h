@@ -75,6 +75,11 @@ class HostBackend : public Backend {
   // The group twin of `kernel` (GroupKernelFn), nullptr for none: consecutive launches of it
   // that read the same input 0 over the same rows then run as one call (see run()).
   virtual GroupKernelFn group_kernel_for(KernelFn /*kernel*/) const { return nullptr; }
+  // The two phases of `kernel` for an attention `node` (AttentionPhases), empty for none: a
+  // team then runs a decode step's attention in them (see run()).
+  virtual AttentionPhases attention_phases_for(const Graph& /*graph*/, const Node& /*node*/, KernelFn /*kernel*/) const {
+    return {};
+  }
 
  private:
   // Checks `box` and `region` against the buffer; the address of the region's first byte.
@@ -86,6 +91,11 @@ class HostBackend : public Backend {
   // groupable()).
   absl::Status run_group(const PreparedPlan& prepared, std::span<const StepLaunch> launches, size_t j, int count,
                          int tile, int tiles, std::span<std::byte> scratch) const;
+  struct LaunchTiles;
+  // Tile `tile` of an attention launch run in its phases: one of the first `score_tiles` tiles
+  // of its scores, else (once those are done) a part of its values.
+  absl::Status run_phase(const PreparedPlan& prepared, const StepLaunch& launch, uint32_t tile, uint32_t score_tiles,
+                         const LaunchTiles& tiles, std::span<std::byte> scratch, float* shared) const;
 
   absl::flat_hash_map<uint64_t, int64_t> buffers_;  // live buffers: id (the address) -> bytes
   int threads_ = cpu::WorkerTeam::default_size();
@@ -107,6 +117,7 @@ class HostBackend : public Backend {
   static constexpr size_t kNoLaunch = ~size_t{0};
   std::vector<size_t> kv_prefetch_;       // per launch of the current run (1 thread; see run())
   std::vector<int> group_count_;          // per launch of the current run (a team; see run())
+  std::vector<uint32_t> score_tiles_;     // per launch of the current run (a team; see run())
   std::vector<size_t> previous_;          // per launch of the current run (a team; see run())
   std::vector<size_t> next_stream_;       // per launch of the current run (and one past the last)
   std::vector<int64_t> streamed_before_;  // per launch of the current run (and one past the last)

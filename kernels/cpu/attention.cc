@@ -333,25 +333,19 @@ using BlockFn = void (*)(const RowBatch& b, int g, bool scores, int64_t i0, int6
 // (48 KiB) keeps them.
 constexpr int64_t kEarlyValueBytes = 64 << 10;
 
-// The rows of a batch (K/V elements of type T: float, or uint16_t for f16): scores block by
-// block (each block's keys read once for every row, in memory order), each row's softmax, then
-// the values block by block the same way; kBlock runs one block of one group. kEarly: the
-// first key block is fetched up front, and kBlock fetches values during the scores when they
-// fit kEarlyValueBytes.
-template <class T, BlockFn kBlock, bool kEarly = false>
-void batch_rows(const RowBatch& batch) {
-  RowBatch b = batch;
+// Raw scores of keys [i_begin, i_end) of every row of a batch, block by block from i_begin
+// (each block's keys read once for every row, in memory order).
+template <BlockFn kBlock>
+void batch_scores(const RowBatch& b, int64_t i_begin, int64_t i_end) {
+  for (int64_t i0 = i_begin; i0 < i_end; i0 += kKeyBlock)
+    for (int g = 0; g < b.groups; ++g) kBlock(b, g, true, i0, std::min(i_end, i0 + kKeyBlock));
+}
+
+// After every raw score of a batch: each row's softmax, its column sums block by block the
+// same way, and its outputs.
+template <class T, BlockFn kBlock>
+void batch_values(const RowBatch& b) {
   const int64_t keys = b.rows[0].keys;
-  b.early_values = kEarly && keys * b.groups * b.rows[0].columns * static_cast<int64_t>(sizeof(T)) <= kEarlyValueBytes;
-  if (kEarly)  // the first block's keys (kBlock fetches each next one)
-    for (int64_t i = 0; i < std::min(keys, kKeyBlock); ++i)
-      for (int g = 0; g < b.groups; ++g) {
-        const AttentionRow& r = b.rows[b.starts[g]];
-        const char* k = static_cast<const char*>(r.k) + i * r.k_stride * static_cast<int64_t>(sizeof(T));
-        for (int64_t o = 0; o < r.dim * static_cast<int64_t>(sizeof(T)); o += 64) _mm_prefetch(k + o, _MM_HINT_T1);
-      }
-  for (int64_t i0 = 0; i0 < keys; i0 += kKeyBlock)
-    for (int g = 0; g < b.groups; ++g) kBlock(b, g, true, i0, std::min(keys, i0 + kKeyBlock));
   // The first block of values is fetched while the softmaxes run, group by group (key by key
   // across the groups was slower on one-row decode in kernels_bench).
   for (int g = 0; g < b.groups && !b.early_values; ++g) {
@@ -375,9 +369,37 @@ void batch_rows(const RowBatch& batch) {
   }
 }
 
+// The rows of a batch (K/V elements of type T: float, or uint16_t for f16): their scores, then
+// their values; kBlock runs one block of one group. kEarly: the first key block is fetched up
+// front, and kBlock fetches values during the scores when they fit kEarlyValueBytes.
+template <class T, BlockFn kBlock, bool kEarly = false>
+void batch_rows(const RowBatch& batch) {
+  RowBatch b = batch;
+  const int64_t keys = b.rows[0].keys;
+  b.early_values = kEarly && keys * b.groups * b.rows[0].columns * static_cast<int64_t>(sizeof(T)) <= kEarlyValueBytes;
+  if (kEarly)  // the first block's keys (kBlock fetches each next one)
+    for (int64_t i = 0; i < std::min(keys, kKeyBlock); ++i)
+      for (int g = 0; g < b.groups; ++g) {
+        const AttentionRow& r = b.rows[b.starts[g]];
+        const char* k = static_cast<const char*>(r.k) + i * r.k_stride * static_cast<int64_t>(sizeof(T));
+        for (int64_t o = 0; o < r.dim * static_cast<int64_t>(sizeof(T)); o += 64) _mm_prefetch(k + o, _MM_HINT_T1);
+      }
+  batch_scores<kBlock>(b, 0, keys);
+  batch_values<T, kBlock>(b);
+}
+
 template <class T>
 void batch_avx2(const RowBatch& b) {
   batch_rows<T, block<T, Avx2Groups>>(b);
+}
+// The two phases of batch_avx2 (AttentionPhases).
+template <class T>
+void scores_avx2(const RowBatch& b, int64_t i_begin, int64_t i_end) {
+  batch_scores<block<T, Avx2Groups>>(b, i_begin, i_end);
+}
+template <class T>
+void values_avx2(const RowBatch& b) {
+  batch_values<T, block<T, Avx2Groups>>(b);
 }
 
 // One copied row (float K/V; its column sums follow its scores) as a batch of one.
@@ -400,6 +422,8 @@ TESSERA_AVX2_END
 
 using RowFn = void (*)(const AttentionRow&);
 using BatchFn = void (*)(const RowBatch& batch);
+// Raw scores of keys [i_begin, i_end) of a batch's rows (batch_scores).
+using ScoresFn = void (*)(const RowBatch& b, int64_t i_begin, int64_t i_end);
 
 struct AttentionJob {
   const KernelArgs* args = nullptr;
@@ -414,6 +438,16 @@ struct AttentionJob {
   BatchFn direct_batch = nullptr;  // when set, batches of rows read in place (not direct_row)
   int64_t scores_stride = 0;     // floats between the scores of batched rows
   int64_t sums_stride = 0;       // and between their column sums (after kMaxBatch scores)
+  // Which part of the work (AttentionPhases): all of it, or one phase. The scores phase writes
+  // the raw scores of keys [cut(tile), cut(tile + 1)) of every row (query head h) to
+  // shared_out + h * shared_stride; the values phase copies each row's from shared_in.
+  enum class Phase { kAll, kScores, kValues } phase = Phase::kAll;
+  ScoresFn phase_scores = nullptr;
+  BatchFn phase_values = nullptr;
+  float* shared_out = nullptr;
+  const float* shared_in = nullptr;
+  int64_t shared_stride = 0;
+  int tile = 0, tiles = 1;
 };
 
 // Copies `count` rows of `columns` elements starting at `index` (view strides) into dense float
@@ -477,6 +511,8 @@ void run_rows(const AttentionJob& job, int64_t begin, int64_t end) {
       a.v = v_copy;
       a.v_stride = columns;
     }
+    if (job.phase == AttentionJob::Phase::kScores) a.scores = job.shared_out + h * job.shared_stride;
+    if (job.phase == AttentionJob::Phase::kValues) std::copy_n(job.shared_in + h * job.shared_stride, a.keys, scores);
     return a;
   };
   AttentionRow batch[kMaxBatch];
@@ -504,7 +540,18 @@ void run_rows(const AttentionJob& job, int64_t begin, int64_t end) {
     }
     b.starts[b.groups] = b.count;
     b.sums = scratch + kMaxBatch * job.scores_stride;
-    job.direct_batch(b);
+    if (job.phase == AttentionJob::Phase::kAll) {
+      job.direct_batch(b);
+    } else if (job.phase == AttentionJob::Phase::kValues) {
+      job.phase_values(b);
+    } else {
+      // The tile's keys: a cut of the row's visible keys at multiples of 16 (two score runs).
+      const int64_t keys = batch[0].keys;
+      auto cut = [&](int k) {
+        return k >= job.tiles ? keys : std::min(keys, (keys * k / job.tiles + 8) / 16 * 16);
+      };
+      job.phase_scores(b, cut(job.tile), cut(job.tile + 1));
+    }
     r += b.count;
   }
 }
@@ -517,15 +564,12 @@ int64_t copied_floats(int64_t longest, int64_t dim, int64_t columns) {
   return scores_stride(longest) + sums_stride(columns) + dim * (longest + 1) + columns * longest;
 }
 
-// Rows contiguous along the last axis are read in place when kInPlace (the path reads the K/V
-// dtype), in batches by kBatch or else one at a time by kRow; other rows are copied to floats
-// one at a time and run by kCopied.
-template <bool kInPlace, BatchFn kBatch, RowFn kRow, RowFn kCopied>
-absl::Status attention_rows(const KernelArgs& args) {
-  if (args.box.empty()) return absl::OkStatus();
+// Fills `job` for a call on args.box (whose rows `rows` walks): the rows read the views in
+// place when `in_place` (the path reads the K/V dtype) and they are contiguous along their last
+// axis; the scratch carved.
+absl::Status start_job(const KernelArgs& args, const BoxRows& rows, bool in_place, AttentionJob& job) {
   const Shape& q_shape = args.inputs[0].shape;
   const Shape& k_shape = args.inputs[1].shape;
-  AttentionJob job;
   job.args = &args;
   job.rank = args.node.rank();
   const int row = job.rank - 3, head = job.rank - 2, col = job.rank - 1;
@@ -537,22 +581,73 @@ absl::Status attention_rows(const KernelArgs& args) {
   job.window = a.window;
   job.scale = static_cast<float>(a.scale);
   job.softcap = static_cast<float>(a.softcap);
-  job.direct_row = kRow;
-  job.direct_batch = kBatch;
-  job.copied_row = kCopied;
-  const BoxRows rows(args.box);
   job.rows = &rows;
   // The longest row in the box bounds every row's scores (and copies).
   const int64_t longest =
       job.causal ? std::min(args.box.end(row), job.window > 0 ? job.window : job.keys) : job.keys;
-  job.direct = kInPlace && args.inputs[0].strides[col] == 1 &&
+  job.direct = in_place && args.inputs[0].strides[col] == 1 &&
                args.inputs[1].strides[col] == 1 && args.inputs[2].strides[col] == 1;
   job.scores_stride = scores_stride(longest);
   job.sums_stride = sums_stride(args.box.extent(col));
+  job.shared_stride = scores_stride(job.keys);
   job.scratch = ScratchCarver(args.scratch)
                     .take<float>(job.direct ? direct_floats(longest, args.box.extent(col))
                                             : copied_floats(longest, job.dim, args.box.extent(col)));
   if (job.scratch == nullptr) return absl::InternalError("[attention] kernel scratch too small");
+  return absl::OkStatus();
+}
+
+// Rows contiguous along the last axis are read in place when kInPlace (the path reads the K/V
+// dtype), in batches by kBatch or else one at a time by kRow; other rows are copied to floats
+// one at a time and run by kCopied.
+template <bool kInPlace, BatchFn kBatch, RowFn kRow, RowFn kCopied>
+absl::Status attention_rows(const KernelArgs& args) {
+  if (args.box.empty()) return absl::OkStatus();
+  const BoxRows rows(args.box);
+  AttentionJob job;
+  if (absl::Status status = start_job(args, rows, kInPlace, job); !status.ok()) return status;
+  job.direct_row = kRow;
+  job.direct_batch = kBatch;
+  job.copied_row = kCopied;
+  run_rows(job, 0, rows.count());
+  return absl::OkStatus();
+}
+
+// A phase's job (AttentionPhases): batches read in place, one query position.
+absl::Status start_phase(const KernelArgs& args, const BoxRows& rows, BatchFn batch, AttentionJob& job) {
+  if (absl::Status status = start_job(args, rows, true, job); !status.ok()) return status;
+  if (!job.direct) return absl::InvalidArgumentError("[attention] phases read views contiguous along their last axis");
+  for (int d = 0; d + 2 < job.rank; ++d)
+    if (args.box.extent(d) != 1) return absl::InvalidArgumentError("[attention] phases run one query position");
+  job.direct_batch = batch;
+  return absl::OkStatus();
+}
+
+template <BatchFn kBatch, ScoresFn kScores>
+absl::Status scores_phase(const KernelArgs& args, int tile, int tiles, float* shared) {
+  if (tiles < 1 || tile < 0 || tile >= tiles) return absl::InvalidArgumentError("[attention] no such scores tile");
+  if (args.box.empty()) return absl::OkStatus();
+  const BoxRows rows(args.box);
+  AttentionJob job;
+  if (absl::Status status = start_phase(args, rows, kBatch, job); !status.ok()) return status;
+  job.phase = AttentionJob::Phase::kScores;
+  job.phase_scores = kScores;
+  job.shared_out = shared;
+  job.tile = tile;
+  job.tiles = tiles;
+  run_rows(job, 0, rows.count());
+  return absl::OkStatus();
+}
+
+template <BatchFn kBatch, BatchFn kValues>
+absl::Status values_phase(const KernelArgs& args, const float* shared) {
+  if (args.box.empty()) return absl::OkStatus();
+  const BoxRows rows(args.box);
+  AttentionJob job;
+  if (absl::Status status = start_phase(args, rows, kBatch, job); !status.ok()) return status;
+  job.phase = AttentionJob::Phase::kValues;
+  job.phase_values = kValues;
+  job.shared_in = shared;
   run_rows(job, 0, rows.count());
   return absl::OkStatus();
 }
@@ -591,6 +686,30 @@ KernelFn attention_kernel(const Graph& graph, const Node& node, Isa isa) {
   if (kv == DType::F32) return attention_rows<true, nullptr, row_portable<float>, row_portable<float>>;
   if (kv == DType::F16) return attention_rows<true, nullptr, row_portable<uint16_t>, row_portable<float>>;
   return attention_rows<false, nullptr, nullptr, row_portable<float>>;
+}
+
+AttentionPhases attention_phases(const Graph& graph, const Node& node, KernelFn kernel) {
+  AttentionPhases phases;
+#if TESSERA_HAVE_AVX2_PATHS
+  if (kernel == attention_rows<true, batch_avx512<float>, nullptr, row_avx2>)
+    phases = {scores_phase<batch_avx512<float>, scores_avx512<float>>, values_phase<batch_avx512<float>, values_avx512<float>>};
+  if (kernel == attention_rows<true, batch_avx512<uint16_t>, nullptr, row_avx2>)
+    phases = {scores_phase<batch_avx512<uint16_t>, scores_avx512<uint16_t>>,
+              values_phase<batch_avx512<uint16_t>, values_avx512<uint16_t>>};
+  if (kernel == attention_rows<true, batch_avx2<float>, nullptr, row_avx2>)
+    phases = {scores_phase<batch_avx2<float>, scores_avx2<float>>, values_phase<batch_avx2<float>, values_avx2<float>>};
+  if (kernel == attention_rows<true, batch_avx2<uint16_t>, nullptr, row_avx2>)
+    phases = {scores_phase<batch_avx2<uint16_t>, scores_avx2<uint16_t>>,
+              values_phase<batch_avx2<uint16_t>, values_avx2<uint16_t>>};
+#else
+  (void)kernel;
+#endif
+  if (phases) {
+    const Shape& q = graph.node(node.inputs[0]).shape;
+    const Shape& k = graph.node(node.inputs[1]).shape;
+    phases.shared_bytes = scratch_take_bytes<float>(q[q.size() - 2] * scores_stride(k[k.size() - 3]));
+  }
+  return phases;
 }
 
 }  // namespace tessera::cpu

@@ -81,6 +81,9 @@ int64_t linear_prepared_bytes(const Graph& graph, const Node& node, KernelFn ker
 // The group twin of an optimised kernel (GroupKernelFn, kernels/view.h), nullptr when it has
 // none: linear's integer paths (linear.cc, linear_q8.h).
 GroupKernelFn group_kernel(KernelFn kernel);
+// The two phases of an optimised attention kernel (AttentionPhases, kernels/view.h) for `node`,
+// empty when it has none: the AVX2 and AVX-512 paths over f32 or f16 K/V (attention.cc).
+AttentionPhases attention_phases(const Graph& graph, const Node& node, KernelFn kernel);
 
 // Per-op selectors (one per file of kernels/cpu), nullptr when the node is not covered.
 KernelFn matmul_kernel(const Graph& graph, const Node& node, Isa isa);     // matmul.cc

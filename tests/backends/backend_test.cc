@@ -2,6 +2,7 @@
 // reported), the Backend interface over host memory, and sessions on a plugin backend.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -285,5 +286,53 @@ TEST_CASE("backends: linears sharing x run as one group call, with the same bits
     CHECK(fresh.backend().stats().grouped_launches == 0);
     CHECK(bitwise_equal(row, std::vector<float>(all.begin() + 7 * width, all.begin() + 8 * width)));
     CHECK(bitwise_equal(six, std::vector<float>(all.begin() + 10 * width, all.begin() + 16 * width)));
+  }
+}
+
+// A team of more members than K/V heads runs a decode step's attention over enough keys in its
+// two phases (AttentionPhases: scores cut into tiles of keys, then values cut into columns),
+// with the bits of one thread's fused call and of the same row of a full read; other teams cut
+// the heads, with the same bits.
+TEST_CASE("backends: a team's phased decode attention gives one thread's bits") {
+  struct Case {
+    int64_t hq, hkv, d, window;
+    bool f16;
+  };
+  const int64_t s = 320;
+  for (const Case& c : {Case{9, 3, 64, 0, true}, Case{4, 1, 256, 0, true}, Case{4, 1, 256, 300, false},
+                        Case{6, 2, 40, 0, false}}) {
+    CAPTURE(c.hq);
+    CAPTURE(c.d);
+    CAPTURE(c.window);
+    Graph g;
+    Tensor q = g.input("q", {s, c.hq, c.d}, DType::F32);
+    Tensor k = g.input("k", {s, c.hkv, c.d}, DType::F32);
+    Tensor v = g.input("v", {s, c.hkv, c.d}, DType::F32);
+    AttentionParams params;
+    params.scale = 1.0 / std::sqrt(static_cast<double>(c.d));
+    params.window = c.window;
+    g.output("y", c.f16 ? attention(q, cast(k, DType::F16), cast(v, DType::F16), params) : attention(q, k, v, params));
+    const std::vector<float> qs = random_values(s * c.hq * c.d, 11), ks = random_values(s * c.hkv * c.d, 12),
+                             vs = random_values(s * c.hkv * c.d, 13);
+    const int64_t width = c.hq * c.d;
+    std::vector<std::vector<float>> rows;
+    for (int threads : {1, 2, 3}) {
+      CAPTURE(threads);
+      SessionOptions options;
+      options.threads = threads;
+      GraphSession session(g, options);
+      session.write("q", Box{{0, s}, {0, c.hq}, {0, c.d}}, qs);
+      session.write("k", Box{{0, s}, {0, c.hkv}, {0, c.d}}, ks);
+      session.write("v", Box{{0, s}, {0, c.hkv}, {0, c.d}}, vs);
+      // Positions 300 (enough keys) and 100 (too few: the fused kernel's tiles), one at a time.
+      for (int64_t t : {int64_t{300}, int64_t{100}})
+        rows.push_back(session.read<float>("y", Box{{t, t + 1}, {0, c.hq}, {0, c.d}}));
+      CHECK(session.backend().stats().phased_launches == (threads > c.hkv ? 1 : 0));
+      if (threads == 3) {
+        const std::vector<float> all = session.read<float>("y", Box{{0, s}, {0, c.hq}, {0, c.d}});
+        CHECK(bitwise_equal(rows[0], std::vector<float>(all.begin() + 300 * width, all.begin() + 301 * width)));
+      }
+    }
+    for (size_t i = 2; i < rows.size(); ++i) CHECK(bitwise_equal(rows[i], rows[i % 2]));
   }
 }

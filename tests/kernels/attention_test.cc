@@ -223,3 +223,74 @@ TEST_CASE("kernels: attention's AVX-512 path gives the AVX2 path's bits") {
       CHECK(std::memcmp(wide.data(), narrow.data(), wide.size() * sizeof(float)) == 0);
     }
 }
+
+TEST_CASE("kernels: attention's two phases give the fused kernel's bits, however they are cut") {
+  // AttentionPhases (a team's decode attention): the scores of every query head, cut into tiles
+  // of keys, then the values of any part of the position's box (heads or columns) from them,
+  // must equal the fused kernel's output bit for bit: for each K/V dtype read in place, head
+  // dims with and without a tail of 8, GQA groups of 1 to 4, windows, softcaps and no mask.
+  struct Case {
+    int64_t d, hq, hkv, t, s, window;
+    bool causal;
+    double softcap;
+  };
+  std::mt19937_64 rng(37);
+  for (cpu::Isa isa : kernel_testing::test_isas())
+    for (DType kv : {DType::F32, DType::F16})
+      for (const Case& c : {Case{64, 9, 3, 299, 300, 0, true, 0}, Case{256, 4, 1, 250, 300, 0, true, 0},
+                            Case{256, 4, 1, 299, 300, 100, true, 0}, Case{20, 8, 2, 140, 141, 0, true, 30},
+                            Case{64, 4, 4, 0, 77, 0, false, 0}, Case{16, 12, 3, 63, 64, 40, true, 5}}) {
+        CAPTURE(cpu::isa_name(isa));
+        CAPTURE(dtype_name(kv));
+        CAPTURE(c.d);
+        CAPTURE(c.hq);
+        CAPTURE(c.window);
+        AttentionShape a;
+        a.t = c.causal ? c.s : 1;
+        a.s = c.s;
+        a.hq = c.hq;
+        a.hkv = c.hkv;
+        a.d = a.dv = c.d;
+        a.params.causal = c.causal;
+        a.params.window = c.window;
+        a.params.softcap = c.softcap;
+        a.params.scale = 1.0 / std::sqrt(static_cast<double>(c.d));
+        OpFixture f;
+        build(f, a, rng, kv);
+        const KernelFn fast = f.optimised(isa);
+        const AttentionPhases phases = cpu::attention_phases(f.graph, f.node(), fast);
+        if (isa == cpu::Isa::Portable) {
+          CHECK_FALSE(phases);  // the portable path has none: a team cuts its heads
+          continue;
+        }
+        REQUIRE(phases);
+        const Box position{{c.t, c.t + 1}, {0, c.hq}, {0, c.d}};
+        const std::vector<float> fused = f.run(fast, position);
+        for (int tiles : {1, 2, 3, 5}) {
+          CAPTURE(tiles);
+          std::vector<float> shared(static_cast<size_t>(phases.shared_bytes / 4 + 16), std::nanf(""));
+          float* aligned = shared.data() + (64 - reinterpret_cast<uintptr_t>(shared.data()) % 64) % 64 / 4;
+          std::vector<float> unused(static_cast<size_t>(position.volume()));
+          const TensorView unused_view = dense_view(unused.data(), DType::F32, position);
+          for (int tile = tiles; tile-- > 0;)
+            REQUIRE(phases.scores(KernelCall{f.graph, f.node(), f.views, unused_view, position}, tile, tiles, aligned).ok());
+          // The whole position, some heads, some columns.
+          for (const Box& part : {position, Box{{c.t, c.t + 1}, {1, c.hq}, {0, c.d}},
+                                  Box{{c.t, c.t + 1}, {0, c.hq}, {c.d / 2, c.d}}, Box{{c.t, c.t + 1}, {2, 3}, {3, c.d - 1}}}) {
+            CAPTURE(part.to_string());
+            std::vector<float> out(static_cast<size_t>(part.volume()));
+            const TensorView view = dense_view(out.data(), DType::F32, part);
+            REQUIRE(phases.values(KernelCall{f.graph, f.node(), f.views, view, part}, aligned).ok());
+            for (int64_t h = part.begin(1); h < part.end(1); ++h)
+              CHECK(std::memcmp(out.data() + (h - part.begin(1)) * part.extent(2), fused.data() + h * c.d + part.begin(2),
+                                static_cast<size_t>(part.extent(2)) * sizeof(float)) == 0);
+          }
+        }
+        // More than one position is refused.
+        const Box two{{c.t - 1, c.t + 1}, {0, c.hq}, {0, c.d}};
+        std::vector<float> out(static_cast<size_t>(two.volume()));
+        const TensorView view = dense_view(out.data(), DType::F32, two);
+        if (c.t > 0) CHECK(phases.values(KernelCall{f.graph, f.node(), f.views, view, two}, out.data()).code() ==
+                           absl::StatusCode::kInvalidArgument);
+      }
+}
