@@ -498,7 +498,7 @@ int main(int argc, char** argv) {
       const std::vector<int32_t> corpus = corpus_of(Tokenizer::from_gguf(model->file()), 1100);
       const double weight_bytes = decode_weight_bytes(*model);
       std::printf("\n%s (%s, %lld layers): %.1f MB of weights read per decoded token (and %.1f MB of %s K/V "
-                  "cache at context 1024, not in the bound)\n",
+                  "cache at context 1024, not in the bound; the \"with K/V\" row counts them)\n",
                   path.c_str(), model->config().arch_name.c_str(), static_cast<long long>(model->config().layers),
                   weight_bytes * 1e-6, kv_cache_bytes(*model, 1024) * 1e-6, dtype_name(options.kv));
       std::printf("%3s %-9s | %-15s | %-15s | %-15s | %-15s | %s\n", "thr", "engine", "prefill 128", "prefill 512",
@@ -570,11 +570,12 @@ int main(int argc, char** argv) {
         // its own read (the machine's bandwidth moves within a run), best and median round.
         std::printf("%3d %-9s | %15s | %15s | %15s | %15s | %6.1f tokens/s\n", options.threads[t], "bound", "", "", "",
                     "", median_of(round_bandwidth) / weight_bytes);
-        auto paired = [&](double Figures::*field) {
+        // `bytes` read per token: the weights, or the weights and the K/V cache at that context.
+        auto paired = [&](double Figures::*field, double bytes) {
           std::vector<double> shares;
           for (size_t r = 0; r < ours.size() && r < round_bandwidth.size(); ++r)
             if (ours[r].*field > 0 && round_bandwidth[r] > 0)
-              shares.push_back(100 * weight_bytes / (ours[r].*field * round_bandwidth[r]));
+              shares.push_back(100 * bytes / (ours[r].*field * round_bandwidth[r]));
           if (shares.empty()) return std::string(15, ' ');
           char text[32];
           std::snprintf(text, sizeof(text), "%5.1f%% / %4.1f%%", max_of(shares),
@@ -582,8 +583,12 @@ int main(int argc, char** argv) {
           return std::string(text);
         };
         std::printf("%3d %-9s | %15s | %15s | %15s | %15s | reads %.1f-%.1f GB/s\n", options.threads[t], "of bound", "",
-                    "", paired(&Figures::decode128).c_str(), paired(&Figures::decode1024).c_str(),
-                    min_of(round_bandwidth) * 1e-9, max_of(round_bandwidth) * 1e-9);
+                    "", paired(&Figures::decode128, weight_bytes).c_str(),
+                    paired(&Figures::decode1024, weight_bytes).c_str(), min_of(round_bandwidth) * 1e-9,
+                    max_of(round_bandwidth) * 1e-9);
+        std::printf("%3d %-9s | %15s | %15s | %15s | %15s | weights and K/V cache read\n", options.threads[t], "with K/V",
+                    "", "", paired(&Figures::decode128, weight_bytes + kv_cache_bytes(*model, 128)).c_str(),
+                    paired(&Figures::decode1024, weight_bytes + kv_cache_bytes(*model, 1024)).c_str());
         if (!on_device.empty())
           std::printf("%3d %-9s : %s; per read %lld steps on the CPU fallback (prefill), %lld (decode) with %lld copies\n",
                       options.threads[t], options.backend.c_str(), device->backend().description().c_str(),
@@ -609,7 +614,8 @@ int main(int argc, char** argv) {
   loads.push_back(load_average());
   std::printf("\n(prefill: tokens/s of a prefill from an empty context; decode: greedy tokens/s at that context; "
               "bound: read bandwidth / weight bytes per token, with the median of the reads made right after each of "
-              "our rounds; of bound: each round's decode against its own read's bound, best / median round)\n"
+              "our rounds; of bound: each round's decode against its own read's bound, best / median round; with K/V: the "
+              "same with the K/V cache's bytes at that context added to the weights)\n"
               "load average (1 min) seen: min %.2f, max %.2f\n",
               min_of(loads), max_of(loads));
   return 0;
