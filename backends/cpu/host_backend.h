@@ -85,6 +85,8 @@ class HostBackend : public Backend {
   // Checks `box` and `region` against the buffer; the address of the region's first byte.
   absl::StatusOr<std::byte*> region_address(const BufferRegion& region, const Box& box) const;
 
+  // run() on the team (host_team.cc), once run() has checked the plan and the scratch.
+  absl::Status run_team(const PreparedPlan& prepared, std::span<const StepLaunch> launches, std::span<std::byte> scratch);
   absl::Status run_launch(const PreparedPlan& prepared, const StepLaunch& launch, int tile, int tiles,
                           std::span<std::byte> scratch) const;
   // Launches [j, j + count) as one call of their group kernel (their step's boxes checked by
