@@ -336,3 +336,33 @@ TEST_CASE("backends: a team's phased decode attention gives one thread's bits") 
     for (size_t i = 2; i < rows.size(); ++i) CHECK(bitwise_equal(rows[i], rows[i % 2]));
   }
 }
+
+// Members that claim a values tile wait for the scores tiles; one that waited long enough to
+// sleep (WorkerTeam::wait_at_least) must be woken when the last scores tile is done, not only
+// when the launch is: long rows (slow scores tiles) on more members than cores. (Notified only
+// at the launch's end, this test hung in 4 of 10 runs on a 2-core machine.)
+TEST_CASE("backends: a team's phased attention wakes the members waiting for its scores") {
+  const int64_t s = 16000, hq = 4, d = 256;
+  Graph g;
+  Tensor q = g.input("q", {s, hq, d}, DType::F32);
+  Tensor k = g.input("k", {s, 1, d}, DType::F32);
+  Tensor v = g.input("v", {s, 1, d}, DType::F32);
+  AttentionParams params;
+  params.scale = 0.0625;
+  g.output("y", attention(q, k, v, params));
+  const std::vector<float> qs = random_values(s * hq * d, 21), ks = random_values(s * d, 22), vs = random_values(s * d, 23);
+  std::vector<std::vector<float>> rows[2];
+  for (int threads : {1, 4}) {
+    CAPTURE(threads);
+    SessionOptions options;
+    options.threads = threads;
+    GraphSession session(g, options);
+    session.write("q", Box{{0, s}, {0, hq}, {0, d}}, qs);
+    session.write("k", Box{{0, s}, {0, 1}, {0, d}}, ks);
+    session.write("v", Box{{0, s}, {0, 1}, {0, d}}, vs);
+    for (int64_t t = s - 24; t < s; ++t)
+      rows[threads > 1].push_back(session.read<float>("y", Box{{t, t + 1}, {0, hq}, {0, d}}));
+    CHECK(session.backend().stats().phased_launches == (threads > 1 ? 24 : 0));
+  }
+  for (size_t i = 0; i < rows[0].size(); ++i) CHECK(bitwise_equal(rows[0][i], rows[1][i]));
+}
