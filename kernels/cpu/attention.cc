@@ -320,43 +320,42 @@ absl::Status attention_rows(const KernelArgs& args) {
   return absl::OkStatus();
 }
 
-// A phase's job (AttentionPhases): batches read in place, one query position.
-absl::Status start_phase(const KernelArgs& args, const BoxRows& rows, BatchFn batch, AttentionJob& job) {
+// One phase (AttentionPhases) over args.box: batches read in place, one query position;
+// `phase` sets what the job does.
+template <class Phase>
+absl::Status run_phase(const KernelArgs& args, BatchFn batch, Phase&& phase) {
+  if (args.box.empty()) return absl::OkStatus();
+  const BoxRows rows(args.box);
+  AttentionJob job;
   if (absl::Status status = start_job(args, rows, true, job); !status.ok()) return status;
   if (!job.direct) return absl::InvalidArgumentError("[attention] phases read views contiguous along their last axis");
   for (int d = 0; d + 2 < job.rank; ++d)
     if (args.box.extent(d) != 1) return absl::InvalidArgumentError("[attention] phases run one query position");
   job.direct_batch = batch;
+  phase(job);
+  run_rows(job, 0, rows.count());
   return absl::OkStatus();
 }
 
 template <BatchFn kBatch, ScoresFn kScores>
 absl::Status scores_phase(const KernelArgs& args, int tile, int tiles, float* shared) {
   if (tiles < 1 || tile < 0 || tile >= tiles) return absl::InvalidArgumentError("[attention] no such scores tile");
-  if (args.box.empty()) return absl::OkStatus();
-  const BoxRows rows(args.box);
-  AttentionJob job;
-  if (absl::Status status = start_phase(args, rows, kBatch, job); !status.ok()) return status;
-  job.phase = AttentionJob::Phase::kScores;
-  job.phase_scores = kScores;
-  job.shared_out = shared;
-  job.tile = tile;
-  job.tiles = tiles;
-  run_rows(job, 0, rows.count());
-  return absl::OkStatus();
+  return run_phase(args, kBatch, [&](AttentionJob& job) {
+    job.phase = AttentionJob::Phase::kScores;
+    job.phase_scores = kScores;
+    job.shared_out = shared;
+    job.tile = tile;
+    job.tiles = tiles;
+  });
 }
 
 template <BatchFn kBatch, BatchFn kValues>
 absl::Status values_phase(const KernelArgs& args, const float* shared) {
-  if (args.box.empty()) return absl::OkStatus();
-  const BoxRows rows(args.box);
-  AttentionJob job;
-  if (absl::Status status = start_phase(args, rows, kBatch, job); !status.ok()) return status;
-  job.phase = AttentionJob::Phase::kValues;
-  job.phase_values = kValues;
-  job.shared_in = shared;
-  run_rows(job, 0, rows.count());
-  return absl::OkStatus();
+  return run_phase(args, kBatch, [&](AttentionJob& job) {
+    job.phase = AttentionJob::Phase::kValues;
+    job.phase_values = kValues;
+    job.shared_in = shared;
+  });
 }
 
 }  // namespace
