@@ -316,7 +316,8 @@ void run_suite(const Options& options) {
               options.hot ? "cache-resident (--hot)" : "streamed from memory",
               static_cast<long long>(cpu::stream_prefetch_distance()));
   if (options.cpu_time) std::printf("(times are process CPU time per call)\n");
-  const int64_t shapes[][2] = {{576, 1536}, {1536, 576}, {640, 2048}, {576, 49152}, {640, 262144}};
+  // K x N: SmolLM2-135M's MLP, Gemma-3-270M's (up, then down), the two output projections.
+  const int64_t shapes[][2] = {{576, 1536}, {1536, 576}, {640, 2048}, {2048, 640}, {576, 49152}, {640, 262144}};
   for (DType dtype : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_0})
     for (const auto& shape : shapes) {
       if (shape[0] % dtype_block_size(dtype) != 0) continue;
