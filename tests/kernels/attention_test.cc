@@ -180,8 +180,9 @@ TEST_CASE("kernels: attention decode row equals the same row of a long prefill")
 
 TEST_CASE("kernels: attention's AVX-512 path gives the AVX2 path's bits") {
   // The AVX-512 path reduces eight (or four) keys' scores together, runs two keys' score chains
-  // per 512-bit vector (D a multiple of 8) and sums 64 or 128 value columns per sweep of 512-bit
-  // vectors (48 or 64 of 256-bit ones after them), in the same order per element as the AVX2
+  // per 512-bit vector (D a multiple of 8), sums 64 or 128 value columns per sweep of 512-bit
+  // vectors (48 or 64 of 256-bit ones after them) and runs its softmax's exps 16 lanes wide
+  // (with and without a softcap), in the same order per element as the AVX2
   // path: its output must be bitwise equal, for every group size (1 to 4 query heads per K/V
   // head), head dims with and without a tail of 8, columns beyond a whole chunk, keys beyond a
   // block and not a multiple of 8 or 16, and both K/V dtypes read in place.
@@ -215,6 +216,7 @@ TEST_CASE("kernels: attention's AVX-512 path gives the AVX2 path's bits") {
       a.params.causal = c.causal;
       a.params.window = c.window;
       a.params.scale = 1.0 / std::sqrt(static_cast<double>(c.d));
+      a.params.softcap = c.s > 100 ? 5.0 : 0.0;  // softcapped scores take the scalar scaling
       OpFixture f;
       build(f, a, rng, kv);
       const Box full = Box::full(f.node().shape);
