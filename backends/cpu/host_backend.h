@@ -38,7 +38,9 @@ class HostBackend : public Backend {
   // one core while the others read ahead into the coming weights). Members claim tiles from a
   // counter per launch and start a launch once every tile of the previous one is done, so a
   // member the OS has descheduled holds up the others only by the tile it has claimed, never by
-  // the tiles it has not reached.
+  // the tiles it has not reached. A decode attention with fewer K/V heads than members over
+  // enough keys runs in its two phases instead (attention_phases_for; host_team.cc): a scores
+  // tile of keys, then a part of the value columns, per member.
   // Consecutive launches of one group (group_kernel_for: the q, k and v linears of a decode
   // step) over the same few rows run as one call of their group kernel, which gives each the
   // bits of its own launch (BackendStats::grouped_launches counts the launches run inside
