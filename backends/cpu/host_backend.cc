@@ -97,8 +97,7 @@ void prefetch_kv(const HostStep& step, const StepLaunch& launch) {
     int64_t index[kMaxRank];
     for (int d = 0; d < rank; ++d) index[d] = std::clamp(box.begin(d), view.extent.begin(d), view.extent.end(d) - 1);
     const int64_t t = box.begin(row);
-    const int64_t first = !step.causal ? 0 : step.window > 0 ? std::max<int64_t>(0, t - step.window + 1) : 0;
-    const int64_t last = step.causal ? t + 1 : view.extent.end(row);
+    const auto [first, last] = step.visible_keys(t, view.extent.end(row));
     index[row] = std::max(first, view.extent.begin(row));
     index[rank - 2] = view.extent.begin(rank - 2);
     index[rank - 1] = view.extent.begin(rank - 1);

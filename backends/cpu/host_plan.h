@@ -2,8 +2,10 @@
 // plans, one thread; host_team.cc: a team's run): a prepared plan's steps and the cuts of a
 // launch's boxes into tiles. Internal to backends/cpu.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "backends/backend.h"
@@ -20,8 +22,13 @@ struct HostStep {
   int split_from = 0;  // the outermost axis tile_of prefers to cut
   int split_unit = 1;  // cuts of that axis fall on multiples of this (absolute coordinates)
   int64_t kv_heads = 0, q_heads = 0;  // attention: its K/V and query heads (0 for other ops; see run())
-  bool causal = true;                  // attention: its mask (prefetch_kv)
+  bool causal = true;                  // attention: its mask
   int64_t window = 0;
+  // Attention: the keys [first, last) query position t sees, of `keys` (the non-causal end).
+  std::pair<int64_t, int64_t> visible_keys(int64_t t, int64_t keys) const {
+    if (!causal) return {0, keys};
+    return {window > 0 ? std::max<int64_t>(0, t - window + 1) : 0, t + 1};
+  }
   // The weight bytes a linear streams from memory (its packed weight, or its constant weight
   // when nothing was prepared); empty for other steps. Waiting team members read ahead into
   // them (HostBackend::read_ahead).

@@ -77,11 +77,8 @@ bool runs_in_phases(const HostStep& step, const StepLaunch& launch, int members)
   if (rank < 3 || box.empty()) return false;
   for (int d = 0; d + 2 < rank; ++d)
     if (box.extent(d) != 1) return false;
-  const int64_t t = box.begin(rank - 3);
-  const int64_t first = step.causal && step.window > 0 ? std::max<int64_t>(0, t - step.window + 1) : 0;
-  const int64_t last = step.causal ? t + 1 : launch.inputs[1].shape[static_cast<size_t>(rank - 3)];
-  static const int64_t hack = getenv("PK") ? atoll(getenv("PK")) : kPhasedKeys;
-  return last - first >= hack;
+  const auto [first, last] = step.visible_keys(box.begin(rank - 3), launch.inputs[1].shape[static_cast<size_t>(rank - 3)]);
+  return last - first >= kPhasedKeys;
 }
 
 // Part `tile` of `tiles` of a one-position attention box for its values phase: a cut of its
