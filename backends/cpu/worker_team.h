@@ -37,6 +37,7 @@ class WorkerTeam {
   // (a sleeping member takes ~50 us to wake on a shared VM; a decode step's planning, between
   // this call and run(), takes ~100 us). Any thread; cheap when they are awake already.
   void wake();
+  // How long members poll after a wake(), and after each job of theirs ends, before sleeping.
   static constexpr std::chrono::microseconds kWakeWindow{1000};
   // Returns once `count` >= target: spins briefly, then sleeps until a notify_all on `count`.
   static void wait_at_least(const std::atomic<uint32_t>& count, uint32_t target);
