@@ -216,9 +216,9 @@ Tensor Graph::add_node(std::span<const Tensor> inputs, OpAttrs attrs) {
     check_handle(def.name, *this, inputs[i], absl::StrCat("input ", i));
     node.inputs.push_back(inputs[i].id);
   }
-  // Quantised weights feed only the ops whose kernels dequantise them.
+  // Quantised values feed only the ops whose kernels dequantise them.
   for (const Tensor& t : inputs)
-    if (is_quantized(t.dtype()) && kind != OpKind::Linear && kind != OpKind::Gather)
+    if (is_quantized(t.dtype()) && kind != OpKind::Linear && kind != OpKind::Gather && kind != OpKind::Cast)
       fail(def.name, absl::StrCat("does not accept quantised ", dtype_name(t.dtype()), " inputs"));
   def.infer(*this, node);
   check_shape(def.name, node.shape, node.dtype);

@@ -82,6 +82,9 @@ const Node& input_node(const Graph& graph, const Node& node, int i);
 // Normalises a possibly negative axis against rank; throws Error("[op] ...") when out of range.
 int normalize_axis(std::string_view op, int64_t axis, int rank);
 [[noreturn]] void fail(std::string_view op, std::string_view message);
+// `box` grown along its last axis to whole blocks of a quantised dtype (unchanged for plain
+// dtypes): a quantised value (a q8_0 cast's output) is computed and kept by whole blocks.
+Box whole_blocks(const Box& box, DType dtype, int64_t last_dim);
 
 // A builder's tensor argument, named for error messages. An optional one (a norm's weight, a
 // conv's bias) may be Tensor{}, meaning absent.

@@ -1,4 +1,5 @@
 // Elementwise ops: unary, binary (broadcasting), where, cast.
+#include <algorithm>
 #include <cmath>
 #include <iterator>
 
@@ -40,6 +41,15 @@ Box broadcast_forward(const Shape& input, const Shape& output, const Box& dirty)
 }
 
 void identity_forward(const Graph&, const Node&, int, const Box& dirty, Region& out) { out.add(dirty); }
+
+Box whole_blocks(const Box& box, DType dtype, int64_t last_dim) {
+  const int64_t block = dtype_block_size(dtype);
+  if (block == 1 || box.rank() == 0 || box.empty()) return box;
+  Box b = box;
+  const int last = box.rank() - 1;
+  b[last] = Interval(box.begin(last) / block * block, std::min(last_dim, (box.end(last) + block - 1) / block * block));
+  return b;
+}
 
 void identity_needed(const Graph&, const Node&, const Box& out, std::span<Box> inputs) {
   for (Box& b : inputs) b = out;
@@ -222,7 +232,30 @@ Tensor where(Tensor cond, Tensor a, Tensor b) {
 }
 
 // ---- cast: CastAttrs {dtype} (the target) --------------------------------------------------
+// Between plain dtypes elementwise. To q8_0 from a float dtype (quantise: each block of 32 along
+// the last axis as quant::quantize_q8_0, ggml's quantize_row_q8_0) and from q8_0 to a float
+// dtype (d * q, exact in f32): the last axis is whole blocks, and boxes grow to whole blocks on
+// it (a block's scale depends on all of its 32 elements).
 std::string CastAttrs::to_string() const { return absl::StrCat("cast.", dtype_name(dtype)); }
+
+namespace {
+
+// The quantised side of a cast (its output or input), or F32 when it has none.
+DType quantised_side(const Graph& g, const Node& node) {
+  if (is_quantized(node.dtype)) return node.dtype;
+  const DType in = input_node(g, node, 0).dtype;
+  return is_quantized(in) ? in : DType::F32;
+}
+
+void cast_forward(const Graph& g, const Node& node, int, const Box& dirty, Region& out) {
+  out.add(whole_blocks(dirty, quantised_side(g, node), node.shape.empty() ? 0 : node.shape.back()));
+}
+
+void cast_needed(const Graph& g, const Node& node, const Box& out, std::span<Box> inputs) {
+  inputs[0] = whole_blocks(out, quantised_side(g, node), node.shape.empty() ? 0 : node.shape.back());
+}
+
+}  // namespace
 
 const OpDef kCastDef{
     .name = "cast",
@@ -231,12 +264,23 @@ const OpDef kCastDef{
     .infer =
         [](const Graph& g, Node& node) {
           const DType dtype = node.attrs_as<CastAttrs>().dtype;
-          if (dtype > DType::Bool) fail("cast", "unknown target dtype");
-          node.shape = input_node(g, node, 0).shape;
+          const Node& x = input_node(g, node, 0);
+          if (dtype > DType::Bool && dtype != DType::Q8_0)
+            fail("cast", absl::StrCat("cannot cast to ", dtype_name(dtype), " (quantised targets: q8_0)"));
+          if (is_quantized(x.dtype) && x.dtype != DType::Q8_0)
+            fail("cast", absl::StrCat("cannot cast from ", dtype_name(x.dtype), " (quantised sources: q8_0)"));
+          if (dtype == DType::Q8_0 || x.dtype == DType::Q8_0) {
+            const DType other = dtype == DType::Q8_0 ? x.dtype : dtype;
+            if (!is_float(other))
+              fail("cast", absl::StrCat("q8_0 casts to and from f32, f16 or bf16 only, not ", dtype_name(other)));
+            if (x.shape.empty() || x.shape.back() % dtype_block_size(DType::Q8_0) != 0)
+              fail("cast", absl::StrCat("q8_0 needs a last axis of whole blocks of 32, got shape ", shape_string(x.shape)));
+          }
+          node.shape = x.shape;
           node.dtype = dtype;
         },
-    .forward = identity_forward,
-    .needed = identity_needed,
+    .forward = cast_forward,
+    .needed = cast_needed,
 };
 
 Tensor cast(Tensor x, DType dtype) {

@@ -315,7 +315,11 @@ void GraphSession::ensure_buffer(NodeId id, const Box& extent) {
   Value& v = values_[static_cast<size_t>(id)];
   if (v.buffer && v.view.extent.contains(extent)) return;
   const Node& n = graph_->node(id);
-  const int64_t bytes = std::max<int64_t>(extent.volume() * dtype_size(n.dtype), 1);
+  // A quantised value is planned by whole blocks along its last axis (plan_read).
+  if (is_quantized(n.dtype) && extent.rank() > 0 && extent.extent(extent.rank() - 1) % dtype_block_size(n.dtype) != 0)
+    throw Error(absl::StrCat("[session] internal: ", op_display_name(n), " buffer over ", extent.to_string(),
+                             " is not whole ", dtype_name(n.dtype), " blocks"));
+  const int64_t bytes = std::max<int64_t>(dtype_bytes(n.dtype, extent.volume()), 1);
   drop(id);
   // While folding (graph_ is not the execution graph yet) values become constants: weights.
   const MemoryPool::Use use = n.kind == OpKind::Input                         ? MemoryPool::Use::Input

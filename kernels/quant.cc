@@ -2,7 +2,9 @@
 // are described next to each function).
 #include "kernels/quant.h"
 
+#include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstring>
 
 namespace tessera::quant {
@@ -38,6 +40,19 @@ void dequantize_bf16(const uint8_t* b, float* y) {
 void dequantize_q8_0(const uint8_t* b, float* y) {
   const float d = f16_at(b);
   for (int j = 0; j < kQK; ++j) y[j] = static_cast<float>(static_cast<int8_t>(b[2 + j])) * d;
+}
+
+void quantize_q8_0(const float* x, uint8_t* block) {
+  float amax = 0;
+  for (int j = 0; j < kQK; ++j) amax = std::fabs(x[j]) > amax ? std::fabs(x[j]) : amax;
+  const float d = amax / 127.0f;
+  const float id = d != 0 ? 1.0f / d : 0.0f;
+  const uint16_t h = float_to_half(d);
+  std::memcpy(block, &h, 2);
+  for (int j = 0; j < kQK; ++j) {
+    const float q = std::round(x[j] * id);
+    block[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::isnan(q) ? 0.0f : std::clamp(q, -127.0f, 127.0f)));
+  }
 }
 
 // Q4_0, 18 bytes: f16 d, 16 bytes of nibbles. Byte j holds element j in its low nibble and

@@ -23,6 +23,11 @@ void dequantize_q4_k(const uint8_t* b, float* y);
 void dequantize_q5_k(const uint8_t* b, float* y);
 void dequantize_q6_k(const uint8_t* b, float* y);
 
+// One Q8_0 block from 32 floats, as ggml's quantize_row_q8_0: d = max |x| / 127 (NaNs ignored),
+// q = round(x / d) (as x * (1 / d), halves away from zero; 0 where d is 0 or x is NaN), d stored
+// as f16 (round to nearest even). dequantize_q8_0 of it gives q * d exactly.
+void quantize_q8_0(const float* x, uint8_t* block);
+
 // The dequantiser of one block of `dtype` (float and quantised dtypes); nullptr otherwise.
 BlockDequantizer block_dequantizer(DType dtype);
 // Decodes n elements (whole blocks) at src into dst. Precondition: block_dequantizer(dtype)

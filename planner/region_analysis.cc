@@ -128,7 +128,10 @@ void plan_read(const Graph& graph, NodeId target, const Box& box, const ReadStat
         const NodeId in = node.inputs[k];
         // A fixed input (a weight, say) is never scheduled: only explain() lists its need.
         if (input_boxes[k].empty() || (explain == nullptr && state.fixed[static_cast<size_t>(in)])) continue;
-        want_of(in).add(input_boxes[k]);
+        // A quantised value (a q8_0 cast's) is computed and kept by whole blocks.
+        const Node& in_node = graph.node(in);
+        if (is_quantized(in_node.dtype)) want_of(in).add(whole_blocks(input_boxes[k], in_node.dtype, in_node.shape.back()));
+        else want_of(in).add(input_boxes[k]);
       }
     }
     scratch.stepped.push_back(id);

@@ -146,9 +146,13 @@ inline void store_float(DType dtype, void* base, int64_t i, float x) {
   }
 }
 
-// The address of element `index` of a view of any plain dtype.
+// The address of element `index` of a view of any plain dtype, or of the block starting at
+// element `index` of a quantised one (whole blocks along a last axis of stride 1).
 inline const std::byte* element_address(const TensorView& view, const int64_t* index) {
-  return static_cast<const std::byte*>(view.data) + view.offset(index) * dtype_size(view.dtype);
+  const int64_t offset = view.offset(index);
+  if (is_quantized(view.dtype))
+    return static_cast<const std::byte*>(view.data) + offset / dtype_block_size(view.dtype) * dtype_block_bytes(view.dtype);
+  return static_cast<const std::byte*>(view.data) + offset * dtype_size(view.dtype);
 }
 
 // Bytes ScratchCarver::take<T>(count) uses.
