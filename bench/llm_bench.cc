@@ -16,7 +16,7 @@
 // recomputation.
 //
 //   llm_bench [--threads LIST] [--rounds R] [--steps S] [--peers LIST] [--mapped-weights] [--cpu-time]
-//             [--kv f32|f16] [--backend NAME [--backend-full]] MODEL.gguf...
+//             [--kv f32|f16|q8_0] [--backend NAME [--backend-full]] MODEL.gguf...
 //
 // --kv picks our K/V cache's dtype (default f32; llama.cpp's default cache, which its peer
 // uses, is f16).
@@ -155,7 +155,7 @@ double kv_cache_bytes(const LlmModel& model, int64_t context) {
   double bytes = 0;
   for (int64_t layer = 0; layer < c.layers; ++layer) {
     const int64_t keys = c.is_sliding(layer) ? std::min(context, c.sliding_window) : context;
-    bytes += 2.0 * static_cast<double>(keys * c.kv_heads * c.head_dim * dtype_size(model.options().kv_dtype));
+    bytes += 2.0 * static_cast<double>(dtype_bytes(model.options().kv_dtype, keys * c.kv_heads * c.head_dim));
   }
   return bytes;
 }
@@ -342,7 +342,7 @@ void print_usage(std::FILE* f) {
   std::fprintf(f,
                "usage: llm_bench [--threads LIST] [--rounds R] [--steps S] [--peers LIST] [--mapped-weights] "
                "[--cpu-time]\n"
-               "                 [--kv f32|f16] [--backend NAME [--backend-full]] MODEL.gguf...\n"
+               "                 [--kv f32|f16|q8_0] [--backend NAME [--backend-full]] MODEL.gguf...\n"
                "  --threads LIST   comma-separated thread counts (default 1,2)\n"
                "  --rounds R       rounds of (ours, llama.cpp) per model and thread count (default 3), after a warm-up\n"
                "  --steps S        decode steps averaged per context (default 16)\n"
@@ -353,7 +353,7 @@ void print_usage(std::FILE* f) {
                "                   linear reads its packed copy either way)\n"
                "  --backend NAME   also measure a session on that backend (opencl, vulkan, cuda: plugins on\n"
                "                   TESSERA_BACKEND_PATH): prefill 128 and decode @128, all four with --backend-full\n"
-               "  --kv f32|f16     our K/V cache's dtype (default f32; llama.cpp's peer keeps its default, f16)\n"
+               "  --kv f32|f16|q8_0 our K/V cache's dtype (default f32; llama.cpp's peer keeps its default, f16)\n"
                "  --cpu-time       time our rounds in process CPU seconds (for 1 thread on a busy machine;\n"
                "                   peers stay wall-clock)\n"
                "  --decode-only N  only a prefill of C tokens (--context C, default 128), then N decode steps on\n"
@@ -380,8 +380,8 @@ bool parse(int argc, char** argv, Options& o) {
       o.backend_full = true;
     } else if (arg == "--kv" && i + 1 < argc) {
       const std::string v = argv[++i];
-      if (v != "f32" && v != "f16") return false;
-      o.kv = v == "f16" ? DType::F16 : DType::F32;
+      if (v != "f32" && v != "f16" && v != "q8_0") return false;
+      o.kv = v == "f16" ? DType::F16 : v == "q8_0" ? DType::Q8_0 : DType::F32;
     } else if (arg == "--backend" && i + 1 < argc) {
       o.backend = argv[++i];
     } else if (arg == "--profile") {

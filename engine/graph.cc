@@ -218,7 +218,8 @@ Tensor Graph::add_node(std::span<const Tensor> inputs, OpAttrs attrs) {
   }
   // Quantised values feed only the ops whose kernels dequantise them.
   for (const Tensor& t : inputs)
-    if (is_quantized(t.dtype()) && kind != OpKind::Linear && kind != OpKind::Gather && kind != OpKind::Cast)
+    if (is_quantized(t.dtype()) && kind != OpKind::Linear && kind != OpKind::Gather && kind != OpKind::Cast &&
+        kind != OpKind::Attention)
       fail(def.name, absl::StrCat("does not accept quantised ", dtype_name(t.dtype()), " inputs"));
   def.infer(*this, node);
   check_shape(def.name, node.shape, node.dtype);

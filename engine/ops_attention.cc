@@ -14,7 +14,11 @@ namespace tessera {
 // ---- attention(q [..., T, Hq, D], k [..., S, Hkv, D], v [..., S, Hkv, Dv]) -> [..., T, Hq, Dv]
 // AttentionAttrs {scale, causal, window, softcap}. Float dtypes and the same leading dims for
 // all three; k and v share one dtype, q's or, with an f32 q, f16 or bf16 (a half-precision K/V
-// cache: their values are used exactly, the output is q's dtype); Hq % Hkv == 0 and query head h reads kv head h / (Hq / Hkv) (GQA).
+// cache: their values are used exactly, the output is q's dtype) or q8_0 (an int8 K/V cache,
+// D a multiple of 32: k and v dequantise exactly, and each row of q is quantised to q8_0 blocks
+// (cast's quantisation) and dequantised first, so that kernels can take integer dot products
+// of q and k, as llama.cpp does with a q8_0 cache); Hq % Hkv == 0 and query head h reads kv
+// head h / (Hq / Hkv) (GQA).
 // Visible keys of query t: causal (requires T == S) s <= t, and with window > 0 also
 // s > t - window; non-causal: all keys (window must be 0). Score = scale * q.k in double, then
 // softcap * tanh(score / softcap) when softcap > 0; softmax over the visible keys (max
@@ -114,7 +118,8 @@ void attention_infer(const Graph& g, Node& node) {
   if (!is_float(q.dtype))
     fail("attention", absl::StrCat("q must be float, got ", dtype_name(q.dtype)));
   const bool half_kv = q.dtype == DType::F32 && (k.dtype == DType::F16 || k.dtype == DType::BF16);
-  if (k.dtype != v.dtype || (k.dtype != q.dtype && !half_kv))
+  const bool q8_kv = q.dtype == DType::F32 && k.dtype == DType::Q8_0;
+  if (k.dtype != v.dtype || (k.dtype != q.dtype && !half_kv && !q8_kv))
     fail("attention", absl::StrCat("dtype mismatch: q ", dtype_name(q.dtype), ", k ",
                                    dtype_name(k.dtype), ", v ", dtype_name(v.dtype)));
   const int r = q.rank();
@@ -171,7 +176,9 @@ Tensor attention_decompose(std::span<const Tensor> inputs, const Node& node) {
   for (int d = 0; d < rank; ++d) swap_rows_heads[static_cast<size_t>(d)] = d;
   std::swap(swap_rows_heads[static_cast<size_t>(rank - 3)],
             swap_rows_heads[static_cast<size_t>(rank - 2)]);
-  const Tensor q = permute(inputs[0], swap_rows_heads);
+  // With q8_0 K/V, q is quantised the same way (its rows by blocks of 32) and dequantised.
+  const bool q8_kv = inputs[1].dtype() == DType::Q8_0;
+  const Tensor q = permute(q8_kv ? cast(cast(inputs[0], DType::Q8_0), dtype) : inputs[0], swap_rows_heads);
   const int64_t group = q.dim(-3) / inputs[1].dim(-2);
   auto as_q = [&](const Tensor& t) { return t.dtype() == dtype ? t : cast(t, dtype); };
   const Tensor k = repeat_kv(permute(as_q(inputs[1]), swap_rows_heads), group);

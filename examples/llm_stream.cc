@@ -4,7 +4,7 @@
 //
 //   llm_stream --model models/SmolLM2-135M-Instruct.Q4_1.gguf --prompt "..." [--chat]
 //              [--tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S]
-//              [--capacity C] [--threads N] [--kv f32|f16] [--interactive] [--edit "new prompt"] [--quiet]
+//              [--capacity C] [--threads N] [--kv f32|f16|q8_0] [--interactive] [--edit "new prompt"] [--quiet]
 //              [--backend NAME]
 //
 // --interactive reads one prompt per line from stdin; each new prompt is compared with the
@@ -31,7 +31,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: llm_stream --model FILE.gguf [--prompt TEXT] [--chat | --raw] [--tokens N]\n"
     "                  [--temperature T] [--top-k K] [--top-p P] [--seed S] [--capacity C]\n"
-    "                  [--threads N] [--kv f32|f16] [--interactive] [--edit \"new prompt\"]\n"
+    "                  [--threads N] [--kv f32|f16|q8_0] [--interactive] [--edit \"new prompt\"]\n"
     "                  [--quiet] [--backend NAME] [--smoke]\n"
     "Streams a completion token by token, each step recomputing one row of every node.\n"
     "--interactive reads one prompt per line and recomputes only the changed suffix; --edit runs\n"
@@ -75,8 +75,8 @@ Options parse(int argc, char** argv) {
     else if (a == "--capacity") o.capacity = std::stoll(next());
     else if (a == "--kv") {
       const std::string v = next();
-      if (v != "f32" && v != "f16") throw Error("[llm_stream] --kv takes f32 or f16, got " + v);
-      o.kv = v == "f16" ? DType::F16 : DType::F32;
+      if (v != "f32" && v != "f16" && v != "q8_0") throw Error("[llm_stream] --kv takes f32, f16 or q8_0, got " + v);
+      o.kv = v == "f16" ? DType::F16 : v == "q8_0" ? DType::Q8_0 : DType::F32;
     }
     else if (a == "--interactive") o.interactive = true;
     else if (a == "--quiet") o.quiet = true;

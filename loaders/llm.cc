@@ -90,9 +90,12 @@ LlmModel::LlmModel(GgufFile file, int64_t capacity, LlmOptions options)
 
 std::unique_ptr<LlmModel> LlmModel::load(const std::string& path, int64_t capacity, LlmOptions options) {
   if (capacity <= 0) throw Error(absl::StrCat("[llm] capacity must be positive, got ", capacity));
-  if (options.kv_dtype != DType::F32 && options.kv_dtype != DType::F16)
-    throw Error(absl::StrCat("[llm] K/V cache dtype must be f32 or f16, got ", dtype_name(options.kv_dtype)));
+  if (options.kv_dtype != DType::F32 && options.kv_dtype != DType::F16 && options.kv_dtype != DType::Q8_0)
+    throw Error(absl::StrCat("[llm] K/V cache dtype must be f32, f16 or q8_0, got ", dtype_name(options.kv_dtype)));
   std::unique_ptr<LlmModel> model(new LlmModel(GgufFile::open(path), capacity, options));
+  if (options.kv_dtype == DType::Q8_0 && model->config_.head_dim % 32 != 0)
+    throw Error(absl::StrCat("[llm] a q8_0 K/V cache needs a head dim that is a multiple of 32, got ",
+                             model->config_.head_dim));
   model->build();
   return model;
 }

@@ -49,7 +49,10 @@ struct LlmOptions {
   // Element type of the K/V cache (the kept attention keys and values): f32, or f16 (half the
   // memory, and half the bytes a decode step reads at long contexts; keys and values are
   // rounded to half precision once, and attention reads them exactly, as llama.cpp's default
-  // f16 cache does). Anything else throws Error.
+  // f16 cache does), or q8_0 (a quarter of f32's memory: keys and values quantised to blocks of
+  // 32 once, and attention quantises each query row the same way for integer dot products, as
+  // llama.cpp's q8_0 cache does; the head dim must be a multiple of 32). Anything else throws
+  // Error.
   DType kv_dtype = DType::F32;
 };
 

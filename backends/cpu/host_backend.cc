@@ -103,9 +103,8 @@ void prefetch_kv(const HostStep& step, const StepLaunch& launch) {
     index[rank - 1] = view.extent.begin(rank - 1);
     const int64_t rows = std::min(last, view.extent.end(row)) - index[row];
     if (rows <= 0) continue;
-    const int64_t size = dtype_size(view.dtype);
-    const int64_t bytes = std::min(kKvPrefetchBytes, rows * view.strides[row] * size);
-    const char* p = static_cast<const char*>(view.data) + view.offset(index) * size;
+    const char* p = static_cast<const char*>(view.data) + dtype_bytes(view.dtype, view.offset(index));
+    const int64_t bytes = std::min(kKvPrefetchBytes, dtype_bytes(view.dtype, rows * view.strides[row]));
     for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 2);
   }
 }

@@ -366,6 +366,7 @@ int64_t attention_scratch_bytes(const Graph& graph, const Node& node, bool dense
   const Shape& k = graph.node(node.inputs[1]).shape;
   const Shape& v = graph.node(node.inputs[2]).shape;
   if (q.size() < 3 || k.size() < 3 || v.size() < 3) return 0;
+  if (graph.node(node.inputs[1]).dtype == DType::Q8_0) return attention_q8_scratch_bytes(graph, node);
   const int64_t keys = k[k.size() - 3], dim = q.back(), columns = v.back();
   const int64_t direct = direct_floats(keys, columns);
   // bf16 K/V rows are always copied.
@@ -376,6 +377,7 @@ int64_t attention_scratch_bytes(const Graph& graph, const Node& node, bool dense
 KernelFn attention_kernel(const Graph& graph, const Node& node, Isa isa) {
   if (graph.node(node.inputs[0]).dtype != DType::F32) return nullptr;
   const DType kv = graph.node(node.inputs[1]).dtype;
+  if (kv == DType::Q8_0) return attention_q8_kernel(graph, node, isa);  // attention_q8.cc
   if (kv != DType::F32 && kv != DType::F16 && kv != DType::BF16) return nullptr;
 #if TESSERA_HAVE_AVX2_PATHS
   if (isa >= Isa::Avx512) {

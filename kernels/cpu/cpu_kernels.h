@@ -91,6 +91,7 @@ KernelFn linear_kernel(const Graph& graph, const Node& node, Isa isa);     // li
 // Linear with the activation path chosen explicitly (tests and benchmarks).
 KernelFn linear_kernel_with(const Graph& graph, const Node& node, Isa isa, LinearPath path);
 KernelFn attention_kernel(const Graph& graph, const Node& node, Isa isa);  // attention.cc
+KernelFn attention_q8_kernel(const Graph& graph, const Node& node, Isa isa);  // attention_q8.cc
 KernelFn unary_kernel(const Graph& graph, const Node& node, Isa isa);      // elementwise.cc
 KernelFn binary_kernel(const Graph& graph, const Node& node, Isa isa);     // elementwise.cc
 KernelFn cast_kernel(const Graph& graph, const Node& node, Isa isa);       // elementwise.cc (float dtypes)
@@ -111,6 +112,7 @@ KernelFn group_norm_kernel(const Graph& graph, const Node& node, Isa isa);  // n
 // Scratch bounds of the kernels that use scratch (see kernel_scratch_bytes in kernels/view.h).
 int64_t linear_scratch_bytes(const Graph& graph, const Node& node, bool dense_views);     // linear.cc
 int64_t attention_scratch_bytes(const Graph& graph, const Node& node, bool dense_views);  // attention.cc
+int64_t attention_q8_scratch_bytes(const Graph& graph, const Node& node);                // attention_q8.cc
 int64_t rms_norm_scratch_bytes(const Graph& graph, const Node& node, bool dense_views);   // norm_rope.cc
 int64_t rope_scratch_bytes(const Graph& graph, const Node& node, bool dense_views);       // norm_rope.cc
 int64_t rope_multi_scratch_bytes(const Graph& graph, const Node& node, bool dense_views);  // movement.cc

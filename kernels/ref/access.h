@@ -20,7 +20,13 @@ inline double load(const TensorView& v, const int64_t* index) {
     case DType::I32: return static_cast<const int32_t*>(v.data)[o];
     case DType::I64: return static_cast<double>(static_cast<const int64_t*>(v.data)[o]);
     case DType::Bool: return static_cast<const uint8_t*>(v.data)[o] ? 1.0 : 0.0;
-    default: break;  // quantised dtypes are read block-wise by linear and gather
+    case DType::Q8_0: {  // whole blocks along a last axis of stride 1: element o % 32 of block o / 32
+      const uint8_t* block = static_cast<const uint8_t*>(v.data) + o / 32 * 34;
+      uint16_t d;
+      std::memcpy(&d, block, 2);
+      return static_cast<double>(half_to_float(d)) * static_cast<int8_t>(block[2 + o % 32]);
+    }
+    default: break;  // other quantised dtypes are read block-wise by linear and gather
   }
   return 0;
 }

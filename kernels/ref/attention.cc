@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 
+#include "kernels/quant.h"
 #include "kernels/ref/access.h"
 
 namespace tessera::ref {
@@ -38,6 +39,7 @@ absl::Status attention(const KernelArgs& args) {
   const int64_t window = a.window;
   const double scale = a.scale, softcap = a.softcap;
   const size_t index_bytes = sizeof(int64_t) * static_cast<size_t>(rank);
+  const bool q8_kv = k.dtype == DType::Q8_0;
 
   Box rows = args.box;  // one entry per (leading, t, head); columns are handled per row
   rows[col] = Interval(0, 1);
@@ -56,9 +58,26 @@ absl::Status attention(const KernelArgs& args) {
     auto score = [&](int64_t s) {
       ki[row] = s;
       double dot = 0;
-      for (int64_t d = 0; d < dim; ++d) {
-        qi[col] = ki[col] = d;
-        dot += load(q, qi) * load(k, ki);
+      if (q8_kv) {  // q quantised and dequantised by blocks of 32 (attention's definition)
+        float block[32], rounded[32];
+        uint8_t packed[34];
+        for (int64_t d0 = 0; d0 < dim; d0 += 32) {
+          for (int64_t d = d0; d < d0 + 32; ++d) {
+            qi[col] = d;
+            block[d - d0] = static_cast<float>(load(q, qi));
+          }
+          quant::quantize_q8_0(block, packed);
+          quant::dequantize_q8_0(packed, rounded);
+          for (int64_t d = d0; d < d0 + 32; ++d) {
+            ki[col] = d;
+            dot += static_cast<double>(rounded[d - d0]) * load(k, ki);
+          }
+        }
+      } else {
+        for (int64_t d = 0; d < dim; ++d) {
+          qi[col] = ki[col] = d;
+          dot += load(q, qi) * load(k, ki);
+        }
       }
       const double x = scale * dot;
       return softcap > 0 ? softcap * std::tanh(x / softcap) : x;

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <random>
 
+#include "kernels/quant.h"
 #include "tests/kernels/kernel_fixture.h"
 
 using namespace tessera;
@@ -295,4 +296,56 @@ TEST_CASE("kernels: attention's two phases give the fused kernel's bits, however
         if (c.t > 0) CHECK(phases.values(KernelCall{f.graph, f.node(), f.views, view, two}, out.data()).code() ==
                            absl::StatusCode::kInvalidArgument);
       }
+}
+
+namespace {
+
+// Q8_0 blocks of random values in [-range, range] for a tensor of `shape` (last axis whole blocks).
+std::vector<std::byte> q8_0_values(const Shape& shape, float range, std::mt19937_64& rng) {
+  std::uniform_real_distribution<float> u(-range, range);
+  const int64_t n = shape_volume(shape);
+  std::vector<std::byte> bytes(static_cast<size_t>(dtype_bytes(DType::Q8_0, n)));
+  float block[32];
+  for (int64_t b = 0; b < n / 32; ++b) {
+    for (float& x : block) x = u(rng);
+    quant::quantize_q8_0(block, reinterpret_cast<uint8_t*>(bytes.data()) + 34 * b);
+  }
+  return bytes;
+}
+
+}  // namespace
+
+TEST_CASE("kernels: attention over q8_0 keys and values matches the reference, every ISA the same bits") {
+  const uint64_t seed = 35;
+  std::mt19937_64 rng(seed);
+  for (int trial = 0; trial < 30; ++trial) {
+    AttentionShape a = random_shape(rng);
+    a.d = 32 * (static_cast<int64_t>(rng() % 3) + 1);
+    a.dv = rng() % 3 == 0 ? 32 * (static_cast<int64_t>(rng() % 3) + 1) : a.d;
+    a.params.scale = 1.0 / std::sqrt(static_cast<double>(a.d));
+    OpFixture f;
+    auto shape = [&](int64_t rows, int64_t heads, int64_t cols) {
+      Shape s = a.lead;
+      s.push_back(rows);
+      s.push_back(heads);
+      s.push_back(cols);
+      return s;
+    };
+    Tensor q = f.graph.input("q", shape(a.t, a.hq, a.d), DType::F32);
+    const Shape ks = shape(a.s, a.hkv, a.d), vs = shape(a.s, a.hkv, a.dv);
+    Tensor k = f.graph.constant(ks, DType::Q8_0, q8_0_values(ks, 2.0f, rng));
+    Tensor v = f.graph.constant(vs, DType::Q8_0, q8_0_values(vs, 1.0f, rng));
+    f.out = attention(q, k, v, a.params);
+    f.prepare(rng, {{-2.0, 2.0}});
+    CAPTURE(trial);
+    CAPTURE(label(a));
+    const Box full = Box::full(f.node().shape);
+    const std::vector<float> portable = f.run(f.optimised(cpu::Isa::Portable), full);
+    for (cpu::Isa isa : kernel_testing::test_isas()) {
+      kernel_testing::check_close(f, isa, [](int64_t, double) { return 5e-5; });
+      kernel_testing::check_sub_boxes(f, isa, rng);
+      const std::vector<float> out = f.run(f.optimised(isa), full);
+      CHECK(std::memcmp(out.data(), portable.data(), out.size() * sizeof(float)) == 0);
+    }
+  }
 }

@@ -165,3 +165,33 @@ TEST_CASE("ops: q8_0 casts reject what they cannot represent, and a q8_0 value c
   const std::vector<float> y = s.read<float>("y", Box{{0, 2}, {0, 64}});
   for (float v : y) CHECK(v == 127.0f * half_to_float(float_to_half(1.0f / 127.0f)));
 }
+
+TEST_CASE("ops: attention over q8_0 K/V equals its decomposition: q quantised the same way, K/V dequantised") {
+  std::mt19937_64 rng(11);
+  Graph g;
+  Tensor q = g.input("q", {6, 4, 64}, DType::F32);
+  Tensor k = cast(g.input("k", {6, 2, 64}, DType::F32), DType::Q8_0);
+  Tensor v = cast(g.input("v", {6, 2, 32}, DType::F32), DType::Q8_0);
+  const AttentionParams params{.scale = 0.125, .causal = true, .window = 4, .softcap = 5.0};
+  Tensor fused = attention(q, k, v, params);
+  Tensor inputs[] = {q, k, v};
+  g.output("fused", fused);
+  const Node node = fused.node();  // a copy: the decomposition adds nodes to the graph
+  g.output("decomposed", op_def(OpKind::Attention).decompose(std::span<const Tensor>(inputs, 3), node));
+  // The same by hand, through the f32 kernel.
+  g.output("by_hand", attention(cast(cast(q, DType::Q8_0), DType::F32), cast(k, DType::F32), cast(v, DType::F32), params));
+  for (BackendKind backend : {BackendKind::Cpu, BackendKind::Reference}) {
+    CAPTURE(static_cast<int>(backend));
+    GraphSession s(g, SessionOptions{.backend = backend});
+    s.write("q", Box{{0, 6}, {0, 4}, {0, 64}}, random_values(rng, 6 * 4 * 64));
+    s.write("k", Box{{0, 6}, {0, 2}, {0, 64}}, random_values(rng, 6 * 2 * 64));
+    s.write("v", Box{{0, 6}, {0, 2}, {0, 32}}, random_values(rng, 6 * 2 * 32));
+    const Box all{{0, 6}, {0, 4}, {0, 32}};
+    const std::vector<float> a = s.read<float>("fused", all);
+    for (std::string other : {"decomposed", "by_hand"}) {
+      CAPTURE(other);
+      const std::vector<float> b = s.read<float>(other, all);
+      for (size_t i = 0; i < a.size(); ++i) CHECK(std::fabs(a[i] - b[i]) <= 1e-5f * (1 + std::fabs(a[i])));
+    }
+  }
+}
