@@ -54,12 +54,31 @@ namespace q8_avx512 {
 #include "kernels/cpu/attention_q8.inc"
 }  // namespace q8_avx512
 TESSERA_AVX512_END
+TESSERA_VNNI_BEGIN
+namespace q8_vnni {
+#include "kernels/cpu/attention_q8_vnni.inc"
+}  // namespace q8_vnni
+TESSERA_VNNI_END
 #endif
 
 using RunRow = void (*)(const Q8Row& r, int8_t* q_ints, float* q_d, float* sums);
 
 // Bytes from one row of a q8_0 view (whole blocks along its last axis) to the next along `axis`.
 int64_t q8_stride(const TensorView& view, int axis) { return view.strides[axis] / 32 * 34; }
+
+// Scratch of a call: per row of a batch (kBatch rows) its scores and column sums, its
+// quantised q (|q| or q bytes, sign masks, scales).
+constexpr int kBatch = 8;
+struct Q8Scratch {
+  float* scores = nullptr;  // kBatch x scores_stride
+  float* sums = nullptr;
+  float* q_d = nullptr;
+  uint8_t* q_bytes = nullptr;
+  uint64_t* q_neg = nullptr;
+  int64_t scores_stride = 0;
+};
+
+int64_t scores_stride_of(int64_t longest) { return (longest + 15) / 16 * 16; }
 
 template <RunRow kRun>
 absl::Status attention_q8(const KernelArgs& args) {
@@ -74,15 +93,20 @@ absl::Status attention_q8(const KernelArgs& args) {
   const AttentionAttrs& a = args.node.attrs_as<AttentionAttrs>();
   const int64_t longest = a.causal ? std::min(args.box.end(row), a.window > 0 ? a.window : keys) : keys;
   ScratchCarver carver(args.scratch);
-  float* scores = carver.take<float>(longest);
-  float* sums = carver.take<float>(args.box.extent(col));
-  float* q_d = carver.take<float>(dim / 32);
-  int8_t* q_ints = carver.take<int8_t>(dim);
-  if (scores == nullptr || sums == nullptr || q_d == nullptr || q_ints == nullptr)
+  Q8Scratch scratch;
+  scratch.scores_stride = scores_stride_of(longest);
+  scratch.scores = carver.take<float>(kBatch * scratch.scores_stride);
+  scratch.sums = carver.take<float>(args.box.extent(col));
+  scratch.q_d = carver.take<float>(kBatch * dim / 32);
+  scratch.q_bytes = carver.take<uint8_t>(kBatch * dim);
+  scratch.q_neg = carver.take<uint64_t>(kBatch * dim / 32);
+  if (scratch.scores == nullptr || scratch.sums == nullptr || scratch.q_d == nullptr || scratch.q_bytes == nullptr ||
+      scratch.q_neg == nullptr)
     return absl::InternalError("[attention] kernel scratch too small");
   const BoxRows rows(args.box);
   int64_t index[kMaxRank] = {}, kv_index[kMaxRank] = {};
-  for (int64_t r = 0; r < rows.count(); ++r) {
+  // Row r of the box, its scores at `scores`; its K/V head in kv_head.
+  auto make_row = [&](int64_t r, float* scores, int64_t& kv_head) {
     rows.index(r, index);
     const int64_t t = index[row];
     const int64_t first = a.causal && a.window > 0 ? std::max<int64_t>(0, t - a.window + 1) : 0;
@@ -101,12 +125,33 @@ absl::Status attention_q8(const KernelArgs& args) {
     q8.q = q.at<const float>(index);
     std::copy(index, index + kMaxRank, kv_index);
     kv_index[row] = first;
-    kv_index[head] = index[head] / group;
+    kv_head = kv_index[head] = index[head] / group;
     q8.k = reinterpret_cast<const uint8_t*>(element_address(k, kv_index));
     q8.v = reinterpret_cast<const uint8_t*>(element_address(v, kv_index));
     q8.k_stride = q8_stride(k, row);
     q8.v_stride = q8_stride(v, row);
-    kRun(q8, q_ints, q_d, sums);
+    return q8;
+  };
+  Q8Row batch[kBatch];
+  for (int64_t r = 0; r < rows.count();) {
+    int64_t kv_head = 0, next_head = 0;
+    batch[0] = make_row(r, scratch.scores, kv_head);
+    int n = 1;
+    if constexpr (kRun == nullptr) {
+      // Following rows of the same position reading the same K/V head (the box's other heads)
+      // join the batch.
+      while (n < kBatch && r + n < rows.count()) {
+        const Q8Row next = make_row(r + n, scratch.scores + n * scratch.scores_stride, next_head);
+        if (next_head != kv_head || next.k != batch[0].k || next.keys != batch[0].keys) break;
+        batch[n++] = next;
+      }
+#if TESSERA_HAVE_AVX2_PATHS
+      q8_vnni::run_batch_vnni(batch, n, scratch.q_bytes, scratch.q_neg, scratch.q_d);
+#endif
+    } else {
+      kRun(batch[0], reinterpret_cast<int8_t*>(scratch.q_bytes), scratch.q_d, scratch.sums);
+    }
+    r += n;
   }
   return absl::OkStatus();
 }
@@ -117,13 +162,15 @@ int64_t attention_q8_scratch_bytes(const Graph& graph, const Node& node) {
   const Shape& q = graph.node(node.inputs[0]).shape;
   const Shape& k = graph.node(node.inputs[1]).shape;
   const int64_t keys = k[k.size() - 3], dim = q.back(), columns = node.shape.back();
-  return scratch_take_bytes<float>(keys) + scratch_take_bytes<float>(columns) + scratch_take_bytes<float>(dim / 32) +
-         scratch_take_bytes<int8_t>(dim);
+  return scratch_take_bytes<float>(kBatch * scores_stride_of(keys)) + scratch_take_bytes<float>(columns) +
+         scratch_take_bytes<float>(kBatch * dim / 32) + scratch_take_bytes<uint8_t>(kBatch * dim) +
+         scratch_take_bytes<uint64_t>(kBatch * dim / 32);
 }
 
 KernelFn attention_q8_kernel(const Graph& graph, const Node& node, Isa isa) {
   if (graph.node(node.inputs[0]).dtype != DType::F32 || graph.node(node.inputs[1]).dtype != DType::Q8_0) return nullptr;
 #if TESSERA_HAVE_AVX2_PATHS
+  if (isa >= Isa::Avx512Vnni) return attention_q8<nullptr>;
   if (isa >= Isa::Avx512) return attention_q8<q8_avx512::run_row>;
   if (isa != Isa::Portable) return attention_q8<q8_avx2::run_row>;
 #endif

@@ -352,18 +352,6 @@ constexpr int kMaxDigitRows = 3;
 }  // namespace tessera::cpu::q8::avx2_path
 TESSERA_AVX2_END
 
-#if defined(__clang__)
-#define TESSERA_VNNI_BEGIN \
-  TESSERA_CLANG_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
-#define TESSERA_VNNI_END _Pragma("clang attribute pop")
-#else
-#define TESSERA_VNNI_BEGIN                                                                   \
-  _Pragma("GCC push_options")                                                                \
-      _Pragma("GCC target(\"avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c\")") \
-          _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wuninitialized\"")
-#define TESSERA_VNNI_END _Pragma("GCC diagnostic pop") _Pragma("GCC pop_options")
-#endif
-
 TESSERA_VNNI_BEGIN
 namespace tessera::cpu::q8::vnni_path {
 namespace {

@@ -315,7 +315,11 @@ std::vector<std::byte> q8_0_values(const Shape& shape, float range, std::mt19937
 
 }  // namespace
 
-TEST_CASE("kernels: attention over q8_0 keys and values matches the reference, every ISA the same bits") {
+TEST_CASE("kernels: attention over q8_0 keys and values matches the reference, sub-boxes bitwise") {
+  // Every ISA's kernel against the reference and on sub-boxes; the portable, AVX2 and AVX-512
+  // builds of the plain C++ kernel give the same bits, the AVX-512 VNNI kernel its own.
+  std::vector<cpu::Isa> isas = kernel_testing::test_isas();
+  if (cpu::isa_supported(cpu::Isa::Avx512Vnni)) isas.push_back(cpu::Isa::Avx512Vnni);
   const uint64_t seed = 35;
   std::mt19937_64 rng(seed);
   for (int trial = 0; trial < 30; ++trial) {
@@ -341,9 +345,10 @@ TEST_CASE("kernels: attention over q8_0 keys and values matches the reference, e
     CAPTURE(label(a));
     const Box full = Box::full(f.node().shape);
     const std::vector<float> portable = f.run(f.optimised(cpu::Isa::Portable), full);
-    for (cpu::Isa isa : kernel_testing::test_isas()) {
+    for (cpu::Isa isa : isas) {
       kernel_testing::check_close(f, isa, [](int64_t, double) { return 5e-5; });
       kernel_testing::check_sub_boxes(f, isa, rng);
+      if (isa == cpu::Isa::Avx512Vnni) continue;
       const std::vector<float> out = f.run(f.optimised(isa), full);
       CHECK(std::memcmp(out.data(), portable.data(), out.size() * sizeof(float)) == 0);
     }

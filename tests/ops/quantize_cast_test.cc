@@ -195,3 +195,33 @@ TEST_CASE("ops: attention over q8_0 K/V equals its decomposition: q quantised th
     }
   }
 }
+
+TEST_CASE("ops: the optimised q8_0 cast rounds ties away from zero and drops NaNs, as quantize_q8_0") {
+  // One block with amax 127 (d = 1, id = 1: x * id is x), ties and near-ties; one with a NaN; one
+  // with an infinity; one of zeros.
+  std::vector<float> values(4 * 32, 0.0f);
+  const float ties[] = {127.0f, 2.5f, -2.5f, 0.5f, -0.5f, 126.5f, -126.5f, 0.49999997f, -0.49999997f, 1.5f, 3.4999998f};
+  std::copy(std::begin(ties), std::end(ties), values.begin());
+  for (int j = 0; j < 32; ++j) values[static_cast<size_t>(32 + j)] = 0.37f * static_cast<float>(j - 16);
+  values[40] = std::nanf("");
+  values[64] = INFINITY;
+  values[70] = 3.0f;
+  Graph g;
+  Tensor x = g.input("x", {1, 128}, DType::F32);
+  g.output("y", cast(cast(x, DType::Q8_0), DType::F32));
+  for (BackendKind backend : {BackendKind::Cpu, BackendKind::Reference}) {
+    CAPTURE(static_cast<int>(backend));
+    GraphSession s(g, SessionOptions{.backend = backend});
+    s.write("x", Box{{0, 1}, {0, 128}}, values);
+    const std::vector<float> y = s.read<float>("y", Box{{0, 1}, {0, 128}});
+    const std::vector<float> expected = round_trip(values, 128);
+    for (size_t i = 0; i < y.size(); ++i) {
+      CAPTURE(i);
+      CHECK(std::memcmp(&y[i], &expected[i], sizeof(float)) == 0);
+    }
+    CHECK(y[1] == 3.0f);
+    CHECK(y[2] == -3.0f);
+    CHECK(y[7] == 0.0f);
+    CHECK(y[40] == 0.0f);
+  }
+}
