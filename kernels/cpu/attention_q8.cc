@@ -8,7 +8,11 @@
 // Exactness (DESIGN.md section 1): a row's values depend only on the row (its softmax runs over
 // all of its visible keys whatever columns the box holds; a column's sum over keys is its own
 // chain), never on the box or the tile. The portable, AVX2 and AVX-512 builds of the same code
-// (attention_q8.inc) give the same bits.
+// (attention_q8.inc) give the same bits; with AVX-512 VNNI the query heads of a position that
+// share a K/V head run as a batch (attention_q8_vnni.inc: integer dot products by vpdpbusd,
+// fma and a vector exp), with bits of its own, as fixed per row. It negates k where q < 0, so
+// an int8 of -128 in K (never written by cast's quantisation, which stays in [-127, 127]) would
+// wrap.
 //
 // Scratch (the call's): the row's scores, its quantised q and its column sums.
 #include <algorithm>
