@@ -35,15 +35,18 @@ AttentionShape random_shape(std::mt19937_64& rng) {
   return a;
 }
 
+// [lead..., rows, heads, cols]
+Shape shape_of(const AttentionShape& a, int64_t rows, int64_t heads, int64_t cols) {
+  Shape s = a.lead;
+  s.push_back(rows);
+  s.push_back(heads);
+  s.push_back(cols);
+  return s;
+}
+
 // kv: the K/V dtype (q is f32).
 void build(OpFixture& f, const AttentionShape& a, std::mt19937_64& rng, DType kv = DType::F32) {
-  auto shape = [&](int64_t rows, int64_t heads, int64_t cols) {
-    Shape s = a.lead;
-    s.push_back(rows);
-    s.push_back(heads);
-    s.push_back(cols);
-    return s;
-  };
+  auto shape = [&](int64_t rows, int64_t heads, int64_t cols) { return shape_of(a, rows, heads, cols); };
   Tensor q = f.graph.input("q", shape(a.t, a.hq, a.d), DType::F32);
   Tensor k = f.graph.input("k", shape(a.s, a.hkv, a.d), kv);
   Tensor v = f.graph.input("v", shape(a.s, a.hkv, a.dv), kv);
@@ -328,13 +331,7 @@ TEST_CASE("kernels: attention over q8_0 keys and values matches the reference, s
     a.dv = rng() % 3 == 0 ? 32 * (static_cast<int64_t>(rng() % 3) + 1) : a.d;
     a.params.scale = 1.0 / std::sqrt(static_cast<double>(a.d));
     OpFixture f;
-    auto shape = [&](int64_t rows, int64_t heads, int64_t cols) {
-      Shape s = a.lead;
-      s.push_back(rows);
-      s.push_back(heads);
-      s.push_back(cols);
-      return s;
-    };
+    auto shape = [&](int64_t rows, int64_t heads, int64_t cols) { return shape_of(a, rows, heads, cols); };
     Tensor q = f.graph.input("q", shape(a.t, a.hq, a.d), DType::F32);
     const Shape ks = shape(a.s, a.hkv, a.d), vs = shape(a.s, a.hkv, a.dv);
     Tensor k = f.graph.constant(ks, DType::Q8_0, q8_0_values(ks, 2.0f, rng));
