@@ -8,7 +8,8 @@ namespace tessera {
 
 namespace {
 
-// Calls copy(view_bytes, dense_bytes, bytes) for each run of `box`, in row-major order.
+// Calls copy(view_bytes, dense_bytes, bytes) for each run of `box`, in row-major order. A
+// quantised view's runs are whole blocks (its boxes are, along a last axis of stride 1).
 template <class Copy>
 void for_each_box_run(const TensorView& view, const Box& box, std::byte* dense, Copy copy) {
   if (box.empty()) return;
@@ -21,10 +22,10 @@ void for_each_box_run(const TensorView& view, const Box& box, std::byte* dense, 
   Box rows = box;
   rows[rank - 1] = Interval(box.begin(rank - 1), box.begin(rank - 1) + 1);
   ref::for_each_index(rows, [&](const int64_t* index) {
-    std::byte* p = base + view.offset(index) * size;
+    std::byte* p = base + dtype_bytes(view.dtype, view.offset(index));
     if (step == 1) {
-      copy(p, dense, run * size);
-      dense += run * size;
+      copy(p, dense, dtype_bytes(view.dtype, run));
+      dense += dtype_bytes(view.dtype, run);
       return;
     }
     for (int64_t j = 0; j < run; ++j, dense += size) copy(p + j * step * size, dense, size);
