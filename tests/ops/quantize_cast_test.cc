@@ -225,3 +225,24 @@ TEST_CASE("ops: the optimised q8_0 cast rounds ties away from zero and drops NaN
     CHECK(y[40] == 0.0f);
   }
 }
+
+TEST_CASE("ops: f16 and bf16 values quantise to q8_0 as their float values do") {
+  std::mt19937_64 rng(5);
+  const std::vector<float> floats = random_values(rng, 64);
+  for (DType half : {DType::F16, DType::BF16}) {
+    CAPTURE(dtype_name(half));
+    std::vector<uint16_t> halves(64);
+    std::vector<float> widened(64);
+    for (size_t i = 0; i < 64; ++i) {
+      halves[i] = half == DType::F16 ? float_to_half(floats[i]) : float_to_bf16(floats[i]);
+      widened[i] = half == DType::F16 ? half_to_float(halves[i]) : bf16_to_float(halves[i]);
+    }
+    Graph g;
+    g.output("y", cast(cast(g.input("x", {2, 32}, half), DType::Q8_0), DType::F32));
+    for (BackendKind backend : {BackendKind::Cpu, BackendKind::Reference}) {
+      GraphSession s(g, SessionOptions{.backend = backend});
+      s.write("x", Box{{0, 2}, {0, 32}}, std::as_bytes(std::span<const uint16_t>(halves)));
+      CHECK(same_bits(s.read<float>("y", Box{{0, 2}, {0, 32}}), round_trip(widened, 32)));
+    }
+  }
+}
