@@ -15,11 +15,6 @@ namespace {
 
 constexpr int kQK = 32;     // elements per block of the legacy formats
 
-float f16_at(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return half_to_float(h);
-}
 
 // Plain types: one element per block.
 }  // namespace

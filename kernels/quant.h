@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "engine/dtype.h"
 
@@ -22,6 +23,13 @@ void dequantize_q5_1(const uint8_t* b, float* y);
 void dequantize_q4_k(const uint8_t* b, float* y);
 void dequantize_q5_k(const uint8_t* b, float* y);
 void dequantize_q6_k(const uint8_t* b, float* y);
+
+// The little-endian f16 at p (a block's scale) as a float.
+inline float f16_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return half_to_float(h);
+}
 
 // One Q8_0 block from 32 floats, as ggml's quantize_row_q8_0: d = max |x| / 127 (NaNs ignored),
 // q = round(x / d) (as x * (1 / d), halves away from zero; 0 where d is 0 or x is NaN), d stored

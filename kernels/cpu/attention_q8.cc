@@ -22,6 +22,7 @@
 
 #include "kernels/cpu/box_rows.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/quant_avx512.h"
 #include "kernels/cpu/simd_avx2.h"
 #include "kernels/quant.h"
 
@@ -42,6 +43,9 @@ struct Q8Row {
   float scale = 1, softcap = 0;
   float* scores = nullptr;
 };
+
+// Rows of one batch, at most (the VNNI path's heads of a position sharing a K/V head).
+constexpr int kBatch = 8;
 
 namespace q8_portable {
 #include "kernels/cpu/attention_q8.inc"
@@ -72,7 +76,6 @@ int64_t q8_stride(const TensorView& view, int axis) { return view.strides[axis] 
 
 // Scratch of a call: per row of a batch (kBatch rows) its scores and column sums, its
 // quantised q (|q| or q bytes, sign masks, scales).
-constexpr int kBatch = 8;
 struct Q8Scratch {
   float* scores = nullptr;  // kBatch x scores_stride
   float* sums = nullptr;

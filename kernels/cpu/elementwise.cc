@@ -14,6 +14,7 @@
 #include "kernels/cpu/box_rows.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/elementwise_internal.h"
+#include "kernels/cpu/quant_avx512.h"
 #include "kernels/cpu/simd_avx2.h"
 #include "kernels/quant.h"
 
@@ -351,8 +352,7 @@ absl::Status cast_rows(const KernelArgs& args) {
 
 // ---- cast f32 -> q8_0 --------------------------------------------------------------------------
 // quant::quantize_q8_0's values, a row of whole blocks at a time (the box's last axis is whole
-// blocks: cast's rules). The AVX-512 path rounds half away from zero as std::round does:
-// t = trunc(v), then one more step away from zero where |v - t| >= 0.5 (v - t is exact).
+// blocks: cast's rules); with AVX-512, avx512::quantize_q8_0 (quant_avx512.h).
 
 void quantize_row_scalar(const float* x, uint8_t* out, int64_t blocks) {
   for (int64_t b = 0; b < blocks; ++b) quant::quantize_q8_0(x + 32 * b, out + 34 * b);
@@ -361,29 +361,7 @@ void quantize_row_scalar(const float* x, uint8_t* out, int64_t blocks) {
 #if TESSERA_HAVE_AVX2_PATHS
 TESSERA_AVX512_BEGIN
 void quantize_row_avx512(const float* x, uint8_t* out, int64_t blocks) {
-  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
-  for (int64_t b = 0; b < blocks; ++b, x += 32, out += 34) {
-    const __m512 a = _mm512_loadu_ps(x), c = _mm512_loadu_ps(x + 16);
-    // NaNs compare false in max (as quantize_q8_0's amax ignores them): max(|a|, 0) keeps 0.
-    const __m512 m = _mm512_max_ps(_mm512_max_ps(_mm512_and_ps(a, abs_mask), _mm512_setzero_ps()),
-                                   _mm512_max_ps(_mm512_and_ps(c, abs_mask), _mm512_setzero_ps()));
-    const float amax = _mm512_reduce_max_ps(m);
-    const float d = amax / 127.0f;
-    const float id = d != 0 ? 1.0f / d : 0.0f;
-    const uint16_t h = float_to_half(d);
-    std::memcpy(out, &h, 2);
-    for (int half = 0; half < 2; ++half) {
-      const __m512 v = _mm512_mul_ps(half == 0 ? a : c, _mm512_set1_ps(id));
-      const __m512 t = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-      const __mmask16 up = _mm512_cmp_ps_mask(_mm512_and_ps(_mm512_sub_ps(v, t), abs_mask), _mm512_set1_ps(0.5f), _CMP_GE_OQ);
-      const __m512 one = _mm512_or_ps(_mm512_set1_ps(1.0f), _mm512_andnot_ps(abs_mask, v));  // copysign(1, v)
-      __m512 r = _mm512_mask_add_ps(t, up, t, one);
-      r = _mm512_min_ps(_mm512_max_ps(r, _mm512_set1_ps(-127.0f)), _mm512_set1_ps(127.0f));
-      // NaN lanes (v NaN: t NaN, max/min return the second operand) become 0.
-      r = _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), _mm512_setzero_ps());
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 + 16 * half), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(r)));
-    }
-  }
+  for (int64_t b = 0; b < blocks; ++b) avx512::quantize_q8_0(x + 32 * b, out + 34 * b);
 }
 TESSERA_AVX512_END
 #endif

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "engine/dtype.h"
+#include "kernels/cpu/quant_avx2.h"  // k_scales
 #include "kernels/cpu/simd_avx2.h"
 
 #if TESSERA_HAVE_AVX2_PATHS
@@ -342,6 +343,33 @@ TESSERA_INLINE float hsum(__m512 v) {
   const __m256 lo = _mm512_castps512_ps256(v);
   const __m256 hi = _mm512_castps512_ps256(_mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(3, 2, 3, 2)));
   return avx2::hsum(_mm256_add_ps(lo, hi));
+}
+
+// One q8_0 block from 32 floats: quant::quantize_q8_0's bytes. Rounds half away from zero as
+// std::round does: t = trunc(v), then one more step away from zero where |v - t| >= 0.5 (v - t
+// is exact).
+TESSERA_INLINE void quantize_q8_0(const float* x, uint8_t* out) {
+  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  const __m512 a = _mm512_loadu_ps(x), c = _mm512_loadu_ps(x + 16);
+  // NaNs compare false in max (as quantize_q8_0's amax ignores them): max(|a|, 0) keeps 0.
+  const __m512 m = _mm512_max_ps(_mm512_max_ps(_mm512_and_ps(a, abs_mask), _mm512_setzero_ps()),
+                                 _mm512_max_ps(_mm512_and_ps(c, abs_mask), _mm512_setzero_ps()));
+  const float amax = _mm512_reduce_max_ps(m);
+  const float d = amax / 127.0f;
+  const float id = d != 0 ? 1.0f / d : 0.0f;
+  const uint16_t h = float_to_half(d);
+  std::memcpy(out, &h, 2);
+  for (int half = 0; half < 2; ++half) {
+    const __m512 v = _mm512_mul_ps(half == 0 ? a : c, _mm512_set1_ps(id));
+    const __m512 t = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __mmask16 up = _mm512_cmp_ps_mask(_mm512_and_ps(_mm512_sub_ps(v, t), abs_mask), _mm512_set1_ps(0.5f), _CMP_GE_OQ);
+    const __m512 one = _mm512_or_ps(_mm512_set1_ps(1.0f), _mm512_andnot_ps(abs_mask, v));  // copysign(1, v)
+    __m512 r = _mm512_mask_add_ps(t, up, t, one);
+    r = _mm512_min_ps(_mm512_max_ps(r, _mm512_set1_ps(-127.0f)), _mm512_set1_ps(127.0f));
+    // NaN lanes (v NaN: t NaN, max/min return the second operand) become 0.
+    r = _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), _mm512_setzero_ps());
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 + 16 * half), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(r)));
+  }
 }
 
 }  // namespace tessera::cpu::avx512

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "engine/dtype.h"
+#include "kernels/quant.h"
 #include "kernels/view.h"
 
 namespace tessera::ref {
@@ -22,9 +23,7 @@ inline double load(const TensorView& v, const int64_t* index) {
     case DType::Bool: return static_cast<const uint8_t*>(v.data)[o] ? 1.0 : 0.0;
     case DType::Q8_0: {  // whole blocks along a last axis of stride 1: element o % 32 of block o / 32
       const uint8_t* block = static_cast<const uint8_t*>(v.data) + o / 32 * 34;
-      uint16_t d;
-      std::memcpy(&d, block, 2);
-      return static_cast<double>(half_to_float(d)) * static_cast<int8_t>(block[2 + o % 32]);
+      return static_cast<double>(quant::f16_at(block)) * static_cast<int8_t>(block[2 + o % 32]);
     }
     default: break;  // other quantised dtypes are read block-wise by linear and gather
   }
