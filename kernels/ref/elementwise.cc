@@ -62,19 +62,15 @@ absl::Status where(const KernelArgs& args) {
 
 namespace {
 
-// The block of a q8_0 view holding element `index` (its last coordinate rounded down to a block
-// start; q8_0 views hold whole blocks along a last axis of stride 1).
+// The q8_0 block starting at element `index` of a view (whole blocks along a last axis of
+// stride 1).
 uint8_t* q8_0_block(const TensorView& v, const int64_t* index) {
-  int64_t at[kMaxRank];
-  std::copy(index, index + v.extent.rank(), at);
-  const int last = v.extent.rank() - 1;
-  at[last] = at[last] / 32 * 32;
-  return static_cast<uint8_t*>(v.data) + v.offset(at) / 32 * dtype_block_bytes(DType::Q8_0);
+  return static_cast<uint8_t*>(v.data) + v.offset(index) / 32 * dtype_block_bytes(DType::Q8_0);
 }
 
-// Casts to and from q8_0, one block of the last axis at a time (the box's blocks whole when
-// quantising: cast's rules).
-absl::Status cast_q8_0(const KernelArgs& args) {
+// A cast to q8_0, one block of the last axis at a time (the box's blocks are whole: cast's
+// rules). From q8_0 the elementwise cast below reads each element exactly (load).
+absl::Status cast_to_q8_0(const KernelArgs& args) {
   const TensorView& x = args.inputs[0];
   const int last = args.box.rank() - 1;
   Box rows = args.box;
@@ -85,21 +81,12 @@ absl::Status cast_q8_0(const KernelArgs& args) {
     int64_t i[kMaxRank];
     std::copy(row, row + args.box.rank(), i);
     for (int64_t b0 = begin / 32 * 32; b0 < end; b0 += 32) {
-      if (args.out.dtype == DType::Q8_0) {
-        for (int64_t j = 0; j < 32; ++j) {
-          i[last] = b0 + j;
-          values[j] = static_cast<float>(load(x, i));
-        }
-        i[last] = b0;
-        quant::quantize_q8_0(values, q8_0_block(args.out, i));
-      } else {
-        i[last] = b0;
-        quant::dequantize_q8_0(q8_0_block(x, i), values);
-        for (int64_t j = std::max(begin, b0); j < std::min(end, b0 + 32); ++j) {
-          i[last] = j;
-          store(args.out, i, values[j - b0]);
-        }
+      for (int64_t j = 0; j < 32; ++j) {
+        i[last] = b0 + j;
+        values[j] = static_cast<float>(load(x, i));
       }
+      i[last] = b0;
+      quant::quantize_q8_0(values, q8_0_block(args.out, i));
     }
   });
   return absl::OkStatus();
@@ -108,7 +95,7 @@ absl::Status cast_q8_0(const KernelArgs& args) {
 }  // namespace
 
 absl::Status cast(const KernelArgs& args) {
-  if (args.out.dtype == DType::Q8_0 || args.inputs[0].dtype == DType::Q8_0) return cast_q8_0(args);
+  if (args.out.dtype == DType::Q8_0) return cast_to_q8_0(args);
   for_each_index(args.box, [&](const int64_t* i) { store(args.out, i, load(args.inputs[0], i)); });
   return absl::OkStatus();
 }
