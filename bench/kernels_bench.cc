@@ -37,6 +37,7 @@
 #include "engine/ops.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/linear_q8.h"
+#include "kernels/quant.h"
 #include "kernels/view.h"
 
 using namespace tessera;
@@ -220,13 +221,19 @@ void bench_linear(DType dtype, int64_t k, int64_t n, int64_t m, const Options& o
 // q [T, hq, d] f32, k/v [T, hkv, d] of dtype kv; computes rows [first_row, T) of every head.
 void bench_attention(const char* model, int64_t hq, int64_t hkv, int64_t d, int64_t context,
                      int64_t rows, const Options& options, DType kv = DType::F32, int64_t window = 0) {
-  const std::string label = std::string("attention ") + model + (kv == DType::F32 ? "" : " kv f16") +
+  const std::string label = std::string("attention ") + model + (kv == DType::F32 ? "" : std::string(" kv ") + dtype_name(kv)) +
                             (window > 0 ? " window " + std::to_string(window) : "");
   if (!selected(options, label + (rows == 1 ? " decode" : " prefill"))) return;
   Graph g;
   Tensor q = g.input("q", {context, hq, d}, DType::F32);
-  Tensor k = g.input("k", {context, hkv, d}, kv);
-  Tensor v = g.input("v", {context, hkv, d}, kv);
+  // (A q8_0 K/V cache is a cast: graph inputs are never quantised.)
+  const DType input = kv == DType::Q8_0 ? DType::F32 : kv;
+  Tensor k = g.input("k", {context, hkv, d}, input);
+  Tensor v = g.input("v", {context, hkv, d}, input);
+  if (kv == DType::Q8_0) {
+    k = cast(k, kv);
+    v = cast(v, kv);
+  }
   AttentionParams params;
   params.scale = 1.0 / std::sqrt(static_cast<double>(d));
   params.window = window;
@@ -235,21 +242,26 @@ void bench_attention(const char* model, int64_t hq, int64_t hkv, int64_t d, int6
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   // Decode streams K and V from memory (a session keeps every layer's): unless --hot, calls
   // cycle through copies of q, k, v totalling at least 96 MiB.
-  const int64_t kv_size = dtype_size(kv);
-  const int64_t set_bytes = 4 * q.node().volume() + kv_size * (k.node().volume() + v.node().volume());
+  const int64_t kv_bytes = dtype_bytes(kv, k.node().volume());
+  const int64_t set_bytes = 4 * q.node().volume() + 2 * kv_bytes;
   const int64_t copies = options.hot ? 1 : std::max<int64_t>(2, ((96ll << 20) + set_bytes - 1) / set_bytes);
   std::vector<std::vector<float>> data;
   std::vector<std::vector<TensorView>> views(static_cast<size_t>(copies));
   for (int64_t c = 0; c < copies; ++c)
     for (Tensor t : {q, k, v}) {
       const int64_t n = t.node().volume();
-      data.emplace_back(static_cast<size_t>(n));  // floats, or halves in the first n / 2 floats
+      data.emplace_back(static_cast<size_t>(n));  // floats, or halves / q8_0 blocks at the start
       for (int64_t i = 0; i < n; ++i) {
         const float x = u(rng);
         if (t.dtype() == DType::F16)
           reinterpret_cast<uint16_t*>(data.back().data())[i] = float_to_half(x);
         else
           data.back()[static_cast<size_t>(i)] = x;
+      }
+      if (t.dtype() == DType::Q8_0) {
+        std::vector<float> values = data.back();
+        for (int64_t b = 0; b < n / 32; ++b)
+          quant::quantize_q8_0(values.data() + 32 * b, reinterpret_cast<uint8_t*>(data.back().data()) + 34 * b);
       }
       views[static_cast<size_t>(c)].push_back(dense_view(data.back().data(), t.dtype(), Box::full(t.shape())));
     }
@@ -274,7 +286,7 @@ void bench_attention(const char* model, int64_t hq, int64_t hkv, int64_t d, int6
   for (int64_t t = context - rows; t < context; ++t) keys += static_cast<double>(window > 0 ? std::min(t + 1, window) : t + 1);
   const double flops = 4.0 * static_cast<double>(hq * d) * keys;
   const int64_t read_keys = window > 0 ? std::min(context, window + rows - 1) : context;
-  const double bytes = static_cast<double>(kv_size * 2 * hkv * d * read_keys + 4 * 2 * rows * hq * d);
+  const double bytes = static_cast<double>(2 * dtype_bytes(kv, hkv * d * read_keys) + 4 * 2 * rows * hq * d);
   std::printf(
       "%-34s hq=%lld hkv=%lld D=%3lld ctx=%5lld rows=%4lld  %9.1f us  %7.1f GFLOP/s  "
       "%6.1f GB/s\n",
@@ -328,10 +340,14 @@ void run_suite(const Options& options) {
     bench_attention("gemma3", 4, 1, 256, context, 1, options);
     bench_attention("smollm2", 9, 3, 64, context, 1, options, DType::F16);
     bench_attention("gemma3", 4, 1, 256, context, 1, options, DType::F16);
+    bench_attention("smollm2", 9, 3, 64, context, 1, options, DType::Q8_0);
+    bench_attention("gemma3", 4, 1, 256, context, 1, options, DType::Q8_0);
   }
   bench_attention("gemma3", 4, 1, 256, 1024, 1, options, DType::F16, 512);
   bench_attention("smollm2", 9, 3, 64, 128, 128, options);
   bench_attention("gemma3", 4, 1, 256, 128, 128, options);
+  bench_attention("smollm2", 9, 3, 64, 128, 128, options, DType::F16);
+  bench_attention("smollm2", 9, 3, 64, 128, 128, options, DType::Q8_0);
   std::fflush(stdout);
 }
 

@@ -36,6 +36,7 @@
 #include "kernels/cpu/box_rows.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/simd_avx2.h"
+#include "kernels/cpu/simd_avx512.h"
 
 namespace tessera::cpu {
 
@@ -397,6 +398,7 @@ KernelFn attention_kernel(const Graph& graph, const Node& node, Isa isa) {
 }
 
 AttentionPhases attention_phases(const Graph& graph, const Node& node, KernelFn kernel) {
+  if (graph.node(node.inputs[1]).dtype == DType::Q8_0) return attention_q8_phases(graph, node, kernel);
   AttentionPhases phases;
 #if TESSERA_HAVE_AVX2_PATHS
   if (kernel == attention_rows<true, batch_avx512<float>, nullptr, row_avx2>)

@@ -10,11 +10,11 @@
 // chain), never on the box or the tile. The portable, AVX2 and AVX-512 builds of the same code
 // (attention_q8.inc) give the same bits; with AVX-512 VNNI the query heads of a position that
 // share a K/V head run as a batch (attention_q8_vnni.inc: integer dot products by vpdpbusd,
-// fma and a vector exp), with bits of its own, as fixed per row. It negates k where q < 0, so
-// an int8 of -128 in K (never written by cast's quantisation, which stays in [-127, 127]) would
-// wrap.
+// fma and a vector exp), with bits of its own, as fixed per row; a team may run one query
+// position of it in two phases (AttentionPhases: the scores of a tile of the keys, then a part
+// of the columns from all of them), with the same bits.
 //
-// Scratch (the call's): the row's scores, its quantised q and its column sums.
+// Scratch (the call's): the batch's scores, its quantised q, the plain path's column sums.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -24,6 +24,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/quant_avx512.h"
 #include "kernels/cpu/simd_avx2.h"
+#include "kernels/cpu/simd_avx512.h"
 #include "kernels/quant.h"
 
 namespace tessera::cpu {
@@ -31,7 +32,8 @@ namespace tessera::cpu {
 namespace {
 
 // One query row's inputs: q's D floats, its visible keys' K and V rows (first visible key at k
-// and v, k_stride and v_stride bytes apart), the output columns [c0, c0 + columns).
+// and v, k_stride and v_stride bytes apart), the output columns [c0, c0 + columns); its query
+// head (phases keep its scores at that row of the shared scores).
 struct Q8Row {
   const float* q = nullptr;
   const uint8_t* k = nullptr;
@@ -42,10 +44,23 @@ struct Q8Row {
   int64_t out_step = 1;
   float scale = 1, softcap = 0;
   float* scores = nullptr;
+  int64_t head = 0;
 };
 
 // Rows of one batch, at most (the VNNI path's heads of a position sharing a K/V head).
 constexpr int kBatch = 8;
+
+// Scratch of a call: per row of a batch (kBatch rows) its scores and its quantised q (int8
+// values, as dwords for the VNNI path; per block d and, for the VNNI path, -128 times the sum
+// of its values); the plain path's column sums.
+struct Q8Scratch {
+  float* scores = nullptr;  // kBatch x scores_stride
+  float* sums = nullptr;
+  float* q_d = nullptr;
+  int32_t* q_words = nullptr;
+  int32_t* q_bias = nullptr;
+  int64_t scores_stride = 0;
+};
 
 namespace q8_portable {
 #include "kernels/cpu/attention_q8.inc"
@@ -74,21 +89,12 @@ using RunRow = void (*)(const Q8Row& r, int8_t* q_ints, float* q_d, float* sums)
 // Bytes from one row of a q8_0 view (whole blocks along its last axis) to the next along `axis`.
 int64_t q8_stride(const TensorView& view, int axis) { return view.strides[axis] / 32 * 34; }
 
-// Scratch of a call: per row of a batch (kBatch rows) its scores and column sums, its
-// quantised q (|q| or q bytes, sign masks, scales).
-struct Q8Scratch {
-  float* scores = nullptr;  // kBatch x scores_stride
-  float* sums = nullptr;
-  float* q_d = nullptr;
-  uint8_t* q_bytes = nullptr;
-  uint64_t* q_neg = nullptr;
-  int64_t scores_stride = 0;
-};
-
 int64_t scores_stride_of(int64_t longest) { return (longest + 15) / 16 * 16; }
 
-template <RunRow kRun>
-absl::Status attention_q8(const KernelArgs& args) {
+// Calls fn(rows, n, scratch) for the rows of args.box: in batches of the consecutive rows of a
+// position that read the same K/V head (at most kBatch) when kBatched, else one at a time.
+template <bool kBatched, class Fn>
+absl::Status for_each_batch(const KernelArgs& args, Fn&& fn) {
   if (args.box.empty()) return absl::OkStatus();
   const TensorView &q = args.inputs[0], &k = args.inputs[1], &v = args.inputs[2];
   const int rank = args.node.rank();
@@ -105,10 +111,10 @@ absl::Status attention_q8(const KernelArgs& args) {
   scratch.scores = carver.take<float>(kBatch * scratch.scores_stride);
   scratch.sums = carver.take<float>(args.box.extent(col));
   scratch.q_d = carver.take<float>(kBatch * dim / 32);
-  scratch.q_bytes = carver.take<uint8_t>(kBatch * dim);
-  scratch.q_neg = carver.take<uint64_t>(kBatch * dim / 32);
-  if (scratch.scores == nullptr || scratch.sums == nullptr || scratch.q_d == nullptr || scratch.q_bytes == nullptr ||
-      scratch.q_neg == nullptr)
+  scratch.q_words = carver.take<int32_t>(kBatch * dim / 4);
+  scratch.q_bias = carver.take<int32_t>(kBatch * dim / 32);
+  if (scratch.scores == nullptr || scratch.sums == nullptr || scratch.q_d == nullptr || scratch.q_words == nullptr ||
+      scratch.q_bias == nullptr)
     return absl::InternalError("[attention] kernel scratch too small");
   const BoxRows rows(args.box);
   int64_t index[kMaxRank] = {}, kv_index[kMaxRank] = {};
@@ -128,6 +134,7 @@ absl::Status attention_q8(const KernelArgs& args) {
     q8.out = args.out.at<float>(index);
     q8.out_step = args.out.strides[col];
     q8.scores = scores;
+    q8.head = index[head];
     index[col] = 0;
     q8.q = q.at<const float>(index);
     std::copy(index, index + kMaxRank, kv_index);
@@ -144,24 +151,67 @@ absl::Status attention_q8(const KernelArgs& args) {
     int64_t kv_head = 0, next_head = 0;
     batch[0] = make_row(r, scratch.scores, kv_head);
     int n = 1;
-    if constexpr (kRun == nullptr) {
-      // Following rows of the same position reading the same K/V head (the box's other heads)
-      // join the batch.
-      while (n < kBatch && r + n < rows.count()) {
-        const Q8Row next = make_row(r + n, scratch.scores + n * scratch.scores_stride, next_head);
-        if (next_head != kv_head || next.k != batch[0].k || next.keys != batch[0].keys) break;
-        batch[n++] = next;
-      }
-#if TESSERA_HAVE_AVX2_PATHS
-      q8_vnni::run_batch_vnni(batch, n, scratch.q_bytes, scratch.q_neg, scratch.q_d);
-#endif
-    } else {
-      kRun(batch[0], reinterpret_cast<int8_t*>(scratch.q_bytes), scratch.q_d, scratch.sums);
+    // Following rows of the same position reading the same K/V head (the box's other heads)
+    // join the batch.
+    while (kBatched && n < kBatch && r + n < rows.count()) {
+      const Q8Row next = make_row(r + n, scratch.scores + n * scratch.scores_stride, next_head);
+      if (next_head != kv_head || next.k != batch[0].k || next.keys != batch[0].keys) break;
+      batch[n++] = next;
     }
+    fn(batch, n, scratch);
     r += n;
   }
   return absl::OkStatus();
 }
+
+template <RunRow kRun>
+absl::Status attention_q8(const KernelArgs& args) {
+  return for_each_batch<false>(args, [](Q8Row* rows, int, const Q8Scratch& s) {
+    kRun(rows[0], reinterpret_cast<int8_t*>(s.q_words), s.q_d, s.sums);
+  });
+}
+
+#if TESSERA_HAVE_AVX2_PATHS
+absl::Status attention_q8_vnni(const KernelArgs& args) {
+  return for_each_batch<true>(args, [](Q8Row* rows, int n, const Q8Scratch& s) {
+    q8_vnni::run_batch_vnni(rows, n, q8_vnni::Q8Part::kAll, 0, rows[0].keys, s);
+  });
+}
+
+// The phases (AttentionPhases) of attention_q8_vnni, one query position: the scores phase
+// writes the scores of keys [cut(tile), cut(tile + 1)) of every row (query head h) to
+// shared + h * scores_stride_of(keys); the values phase copies each row's, then runs its softmax
+// and its part of the columns.
+absl::Status one_position(const KernelArgs& args) {
+  for (int d = 0; d + 2 < args.node.rank(); ++d)
+    if (args.box.extent(d) != 1) return absl::InvalidArgumentError("[attention] phases run one query position");
+  return absl::OkStatus();
+}
+
+int64_t shared_stride(const KernelArgs& args) { return scores_stride_of(args.inputs[1].shape[args.node.rank() - 3]); }
+
+absl::Status q8_scores_phase(const KernelArgs& args, int tile, int tiles, float* shared) {
+  if (tiles < 1 || tile < 0 || tile >= tiles) return absl::InvalidArgumentError("[attention] no such scores tile");
+  if (absl::Status status = one_position(args); !status.ok()) return status;
+  const int64_t stride = shared_stride(args);
+  return for_each_batch<true>(args, [&](Q8Row* rows, int n, const Q8Scratch& s) {
+    // The tile's keys: a cut of the row's visible keys at multiples of 16.
+    const int64_t keys = rows[0].keys;
+    auto cut = [&](int k) { return k >= tiles ? keys : std::min(keys, (keys * k / tiles + 8) / 16 * 16); };
+    for (int h = 0; h < n; ++h) rows[h].scores = shared + rows[h].head * stride;
+    q8_vnni::run_batch_vnni(rows, n, q8_vnni::Q8Part::kScores, cut(tile), cut(tile + 1), s);
+  });
+}
+
+absl::Status q8_values_phase(const KernelArgs& args, const float* shared) {
+  if (absl::Status status = one_position(args); !status.ok()) return status;
+  const int64_t stride = shared_stride(args);
+  return for_each_batch<true>(args, [&](Q8Row* rows, int n, const Q8Scratch& s) {
+    for (int h = 0; h < n; ++h) std::copy_n(shared + rows[h].head * stride, rows[h].keys, rows[h].scores);
+    q8_vnni::run_batch_vnni(rows, n, q8_vnni::Q8Part::kValues, 0, rows[0].keys, s);
+  });
+}
+#endif
 
 }  // namespace
 
@@ -170,19 +220,35 @@ int64_t attention_q8_scratch_bytes(const Graph& graph, const Node& node) {
   const Shape& k = graph.node(node.inputs[1]).shape;
   const int64_t keys = k[k.size() - 3], dim = q.back(), columns = node.shape.back();
   return scratch_take_bytes<float>(kBatch * scores_stride_of(keys)) + scratch_take_bytes<float>(columns) +
-         scratch_take_bytes<float>(kBatch * dim / 32) + scratch_take_bytes<uint8_t>(kBatch * dim) +
-         scratch_take_bytes<uint64_t>(kBatch * dim / 32);
+         scratch_take_bytes<float>(kBatch * dim / 32) + scratch_take_bytes<int32_t>(kBatch * dim / 4) +
+         scratch_take_bytes<int32_t>(kBatch * dim / 32);
 }
 
 KernelFn attention_q8_kernel(const Graph& graph, const Node& node, Isa isa) {
   if (graph.node(node.inputs[0]).dtype != DType::F32 || graph.node(node.inputs[1]).dtype != DType::Q8_0) return nullptr;
 #if TESSERA_HAVE_AVX2_PATHS
-  if (isa >= Isa::Avx512Vnni) return attention_q8<nullptr>;
+  if (isa >= Isa::Avx512Vnni) return attention_q8_vnni;
   if (isa >= Isa::Avx512) return attention_q8<q8_avx512::run_row>;
   if (isa != Isa::Portable) return attention_q8<q8_avx2::run_row>;
 #endif
   (void)isa;
   return attention_q8<q8_portable::run_row>;
+}
+
+AttentionPhases attention_q8_phases(const Graph& graph, const Node& node, KernelFn kernel) {
+  AttentionPhases phases;
+#if TESSERA_HAVE_AVX2_PATHS
+  if (kernel == attention_q8_vnni) {
+    const Shape& q = graph.node(node.inputs[0]).shape;
+    const Shape& k = graph.node(node.inputs[1]).shape;
+    phases = {q8_scores_phase, q8_values_phase, scratch_take_bytes<float>(q[q.size() - 2] * scores_stride_of(k[k.size() - 3]))};
+  }
+#else
+  (void)graph;
+  (void)node;
+  (void)kernel;
+#endif
+  return phases;
 }
 
 }  // namespace tessera::cpu

@@ -82,7 +82,8 @@ int64_t linear_prepared_bytes(const Graph& graph, const Node& node, KernelFn ker
 // none: linear's integer paths (linear.cc, linear_q8.h).
 GroupKernelFn group_kernel(KernelFn kernel);
 // The two phases of an optimised attention kernel (AttentionPhases, kernels/view.h) for `node`,
-// empty when it has none: the AVX2 and AVX-512 paths over f32 or f16 K/V (attention.cc).
+// empty when it has none: the AVX2 and AVX-512 paths over f32 or f16 K/V (attention.cc), the
+// AVX-512 VNNI path over q8_0 K/V (attention_q8.cc).
 AttentionPhases attention_phases(const Graph& graph, const Node& node, KernelFn kernel);
 
 // Per-op selectors (one per file of kernels/cpu), nullptr when the node is not covered.
@@ -92,6 +93,8 @@ KernelFn linear_kernel(const Graph& graph, const Node& node, Isa isa);     // li
 KernelFn linear_kernel_with(const Graph& graph, const Node& node, Isa isa, LinearPath path);
 KernelFn attention_kernel(const Graph& graph, const Node& node, Isa isa);  // attention.cc
 KernelFn attention_q8_kernel(const Graph& graph, const Node& node, Isa isa);  // attention_q8.cc
+// The phases of a q8_0 attention kernel (attention_phases), if it has them.
+AttentionPhases attention_q8_phases(const Graph& graph, const Node& node, KernelFn kernel);  // attention_q8.cc
 KernelFn unary_kernel(const Graph& graph, const Node& node, Isa isa);      // elementwise.cc
 KernelFn binary_kernel(const Graph& graph, const Node& node, Isa isa);     // elementwise.cc
 KernelFn cast_kernel(const Graph& graph, const Node& node, Isa isa);       // elementwise.cc (float dtypes)

@@ -293,15 +293,17 @@ TEST_CASE("backends: linears sharing x run as one group call, with the same bits
 // A team of more members than K/V heads runs a decode step's attention over enough keys in its
 // two phases (AttentionPhases: scores cut into tiles of keys, then values cut into columns),
 // with the bits of one thread's fused call and of the same row of a full read; other teams cut
-// the heads, with the same bits.
+// the heads, with the same bits. K/V in f32, f16 or q8_0 (phases with AVX-512 VNNI only).
 TEST_CASE("backends: a team's phased decode attention gives one thread's bits") {
   struct Case {
     int64_t hq, hkv, d, window;
-    bool f16;
+    DType kv;
   };
   const int64_t s = 320;
-  for (const Case& c : {Case{9, 3, 64, 0, true}, Case{4, 1, 256, 0, true}, Case{4, 1, 256, 300, false},
-                        Case{6, 2, 40, 0, false}}) {
+  for (const Case& c : {Case{9, 3, 64, 0, DType::F16}, Case{4, 1, 256, 0, DType::F16}, Case{4, 1, 256, 300, DType::F32},
+                        Case{6, 2, 40, 0, DType::F32}, Case{4, 1, 256, 0, DType::Q8_0}, Case{4, 1, 64, 300, DType::Q8_0},
+                        Case{9, 3, 64, 0, DType::Q8_0}}) {
+    CAPTURE(dtype_name(c.kv));
     CAPTURE(c.hq);
     CAPTURE(c.d);
     CAPTURE(c.window);
@@ -312,7 +314,7 @@ TEST_CASE("backends: a team's phased decode attention gives one thread's bits") 
     AttentionParams params;
     params.scale = 1.0 / std::sqrt(static_cast<double>(c.d));
     params.window = c.window;
-    g.output("y", c.f16 ? attention(q, cast(k, DType::F16), cast(v, DType::F16), params) : attention(q, k, v, params));
+    g.output("y", c.kv != DType::F32 ? attention(q, cast(k, c.kv), cast(v, c.kv), params) : attention(q, k, v, params));
     const std::vector<float> qs = random_values(s * c.hq * c.d, 11), ks = random_values(s * c.hkv * c.d, 12),
                              vs = random_values(s * c.hkv * c.d, 13);
     const int64_t width = c.hq * c.d;
@@ -328,8 +330,10 @@ TEST_CASE("backends: a team's phased decode attention gives one thread's bits") 
       // Positions 300 (enough keys) and 100 (too few: the fused kernel's tiles), one at a time.
       for (int64_t t : {int64_t{300}, int64_t{100}})
         rows.push_back(session.read<float>("y", Box{{t, t + 1}, {0, c.hq}, {0, c.d}}));
-      // The portable path (TESSERA_CPU_ISA=portable) has no phases: its team cuts the heads.
-      const bool phases = cpu::detected_isa() != cpu::Isa::Portable;
+      // The portable path (TESSERA_CPU_ISA=portable) has no phases, nor has q8_0 without VNNI:
+      // their teams cut the heads.
+      const bool phases = c.kv == DType::Q8_0 ? cpu::detected_isa() >= cpu::Isa::Avx512Vnni
+                                              : cpu::detected_isa() != cpu::Isa::Portable;
       CHECK(session.backend().stats().phased_launches == (phases && threads > c.hkv ? 1 : 0));
       if (threads == 3) {
         const std::vector<float> all = session.read<float>("y", Box{{0, s}, {0, c.hq}, {0, c.d}});

@@ -230,6 +230,45 @@ TEST_CASE("kernels: attention's AVX-512 path gives the AVX2 path's bits") {
     }
 }
 
+namespace {
+
+// One query position t of f's attention (hq heads of d columns) through `phases`: the scores
+// cut into 1, 2, 3 and 5 tiles of keys, then the values of the whole position, some heads and
+// some columns from them, each bitwise equal to the fused kernel `fast` on the position; more
+// than one position refused.
+void check_phases(OpFixture& f, KernelFn fast, const AttentionPhases& phases, int64_t t, int64_t hq, int64_t d) {
+  const Box position{{t, t + 1}, {0, hq}, {0, d}};
+  const std::vector<float> fused = f.run(fast, position);
+  for (int tiles : {1, 2, 3, 5}) {
+    CAPTURE(tiles);
+    std::vector<float> shared(static_cast<size_t>(phases.shared_bytes / 4 + 16), std::nanf(""));
+    float* aligned = shared.data() + (64 - reinterpret_cast<uintptr_t>(shared.data()) % 64) % 64 / 4;
+    std::vector<float> unused(static_cast<size_t>(position.volume()));
+    const TensorView unused_view = dense_view(unused.data(), DType::F32, position);
+    for (int tile = tiles; tile-- > 0;)
+      REQUIRE(phases.scores(KernelCall{f.graph, f.node(), f.views, unused_view, position}, tile, tiles, aligned).ok());
+    // The whole position, some heads, some columns.
+    for (const Box& part : {position, Box{{t, t + 1}, {1, hq}, {0, d}},
+                            Box{{t, t + 1}, {0, hq}, {d / 2, d}}, Box{{t, t + 1}, {2, 3}, {3, d - 1}}}) {
+      CAPTURE(part.to_string());
+      std::vector<float> out(static_cast<size_t>(part.volume()));
+      const TensorView view = dense_view(out.data(), DType::F32, part);
+      REQUIRE(phases.values(KernelCall{f.graph, f.node(), f.views, view, part}, aligned).ok());
+      for (int64_t h = part.begin(1); h < part.end(1); ++h)
+        CHECK(std::memcmp(out.data() + (h - part.begin(1)) * part.extent(2), fused.data() + h * d + part.begin(2),
+                          static_cast<size_t>(part.extent(2)) * sizeof(float)) == 0);
+    }
+  }
+  // More than one position is refused.
+  const Box two{{t - 1, t + 1}, {0, hq}, {0, d}};
+  std::vector<float> out(static_cast<size_t>(two.volume()));
+  const TensorView view = dense_view(out.data(), DType::F32, two);
+  if (t > 0) CHECK(phases.values(KernelCall{f.graph, f.node(), f.views, view, two}, out.data()).code() ==
+                     absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+
 TEST_CASE("kernels: attention's two phases give the fused kernel's bits, however they are cut") {
   // AttentionPhases (a team's decode attention): the scores of every query head, cut into tiles
   // of keys, then the values of any part of the position's box (heads or columns) from them,
@@ -270,34 +309,7 @@ TEST_CASE("kernels: attention's two phases give the fused kernel's bits, however
           continue;
         }
         REQUIRE(phases);
-        const Box position{{c.t, c.t + 1}, {0, c.hq}, {0, c.d}};
-        const std::vector<float> fused = f.run(fast, position);
-        for (int tiles : {1, 2, 3, 5}) {
-          CAPTURE(tiles);
-          std::vector<float> shared(static_cast<size_t>(phases.shared_bytes / 4 + 16), std::nanf(""));
-          float* aligned = shared.data() + (64 - reinterpret_cast<uintptr_t>(shared.data()) % 64) % 64 / 4;
-          std::vector<float> unused(static_cast<size_t>(position.volume()));
-          const TensorView unused_view = dense_view(unused.data(), DType::F32, position);
-          for (int tile = tiles; tile-- > 0;)
-            REQUIRE(phases.scores(KernelCall{f.graph, f.node(), f.views, unused_view, position}, tile, tiles, aligned).ok());
-          // The whole position, some heads, some columns.
-          for (const Box& part : {position, Box{{c.t, c.t + 1}, {1, c.hq}, {0, c.d}},
-                                  Box{{c.t, c.t + 1}, {0, c.hq}, {c.d / 2, c.d}}, Box{{c.t, c.t + 1}, {2, 3}, {3, c.d - 1}}}) {
-            CAPTURE(part.to_string());
-            std::vector<float> out(static_cast<size_t>(part.volume()));
-            const TensorView view = dense_view(out.data(), DType::F32, part);
-            REQUIRE(phases.values(KernelCall{f.graph, f.node(), f.views, view, part}, aligned).ok());
-            for (int64_t h = part.begin(1); h < part.end(1); ++h)
-              CHECK(std::memcmp(out.data() + (h - part.begin(1)) * part.extent(2), fused.data() + h * c.d + part.begin(2),
-                                static_cast<size_t>(part.extent(2)) * sizeof(float)) == 0);
-          }
-        }
-        // More than one position is refused.
-        const Box two{{c.t - 1, c.t + 1}, {0, c.hq}, {0, c.d}};
-        std::vector<float> out(static_cast<size_t>(two.volume()));
-        const TensorView view = dense_view(out.data(), DType::F32, two);
-        if (c.t > 0) CHECK(phases.values(KernelCall{f.graph, f.node(), f.views, view, two}, out.data()).code() ==
-                           absl::StatusCode::kInvalidArgument);
+        check_phases(f, fast, phases, c.t, c.hq, c.d);
       }
 }
 
@@ -349,5 +361,44 @@ TEST_CASE("kernels: attention over q8_0 keys and values matches the reference, s
       const std::vector<float> out = f.run(f.optimised(isa), full);
       CHECK(std::memcmp(out.data(), portable.data(), out.size() * sizeof(float)) == 0);
     }
+  }
+}
+
+TEST_CASE("kernels: the q8_0 attention's phases give the fused kernel's bits, however they are cut") {
+  // The AVX-512 VNNI kernel over q8_0 K/V has phases (a team's decode attention), each element
+  // bitwise equal to the fused call; the plain kernel of the other paths has none.
+  struct Case {
+    int64_t d, hq, hkv, t, s, window;
+    bool causal;
+    double softcap;
+  };
+  std::mt19937_64 rng(41);
+  for (const Case& c : {Case{64, 9, 3, 299, 300, 0, true, 0}, Case{256, 4, 1, 250, 300, 0, true, 0},
+                        Case{256, 4, 1, 299, 300, 100, true, 0}, Case{32, 8, 2, 140, 141, 0, true, 30},
+                        Case{64, 4, 4, 0, 77, 0, false, 0}, Case{96, 12, 3, 63, 64, 40, true, 5}}) {
+    CAPTURE(c.d);
+    CAPTURE(c.hq);
+    CAPTURE(c.window);
+    OpFixture f;
+    const Shape qs{c.causal ? c.s : 1, c.hq, c.d}, ks{c.s, c.hkv, c.d};
+    Tensor q = f.graph.input("q", qs, DType::F32);
+    Tensor k = f.graph.constant(ks, DType::Q8_0, q8_0_values(ks, 2.0f, rng));
+    Tensor v = f.graph.constant(ks, DType::Q8_0, q8_0_values(ks, 1.0f, rng));
+    AttentionParams params;
+    params.causal = c.causal;
+    params.window = c.window;
+    params.softcap = c.softcap;
+    params.scale = 1.0 / std::sqrt(static_cast<double>(c.d));
+    f.out = attention(q, k, v, params);
+    f.prepare(rng, {{-2.0, 2.0}});
+    for (cpu::Isa isa : kernel_testing::test_isas()) CHECK_FALSE(cpu::attention_phases(f.graph, f.node(), f.optimised(isa)));
+    if (!cpu::isa_supported(cpu::Isa::Avx512Vnni)) {
+      MESSAGE("no AVX-512 VNNI on this CPU: the q8_0 phases are not tested");
+      continue;
+    }
+    const KernelFn fast = f.optimised(cpu::Isa::Avx512Vnni);
+    const AttentionPhases phases = cpu::attention_phases(f.graph, f.node(), fast);
+    REQUIRE(phases);
+    check_phases(f, fast, phases, c.t, c.hq, c.d);
   }
 }
