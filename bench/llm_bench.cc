@@ -19,7 +19,8 @@
 //             [--kv f32|f16|q8_0] [--backend NAME [--backend-full]] MODEL.gguf...
 //
 // --kv picks our K/V cache's dtype (default f32; llama.cpp's default cache, which its peer
-// uses, is f16).
+// uses, is f16; with --kv q8_0 its peer keeps a q8_0 cache too, with flash attention, which
+// llama.cpp needs for a quantised V).
 //
 // --backend NAME also runs a session on that backend (a GPU plugin: opencl, vulkan, cuda; the ops
 // it lacks run on the CPU fallback with the same thread count) in the same rounds, after ours, as
@@ -260,7 +261,8 @@ std::pair<double, double> hot_writes(GraphSession& s, int64_t t, int n) {
 // measures one round per line written to its stdin and answers one line of four seconds.
 class Peer {
  public:
-  Peer(const std::string& script, const std::string& model, int threads, int steps) {
+  // kv: the K/V cache dtype asked of the peer ("" for its default).
+  Peer(const std::string& script, const std::string& model, int threads, int steps, const std::string& kv) {
     // Close-on-exec: a later peer must not inherit this one's pipe ends (its stdin would then
     // never see end-of-file). dup2 clears the flag on the child's stdin and stdout.
     int to_child[2], from_child[2];
@@ -278,8 +280,12 @@ class Peer {
       const int null = open("/dev/null", O_WRONLY);
       if (null >= 0) dup2(null, 2);  // progress bars and warnings
       for (int fd : {to_child[0], to_child[1], from_child[0], from_child[1]}) close(fd);
-      execl(".venv/bin/python", ".venv/bin/python", script.c_str(), "--serve", "--threads", threads_arg.c_str(),
-            "--steps", steps_arg.c_str(), model.c_str(), static_cast<char*>(nullptr));
+      if (kv.empty())
+        execl(".venv/bin/python", ".venv/bin/python", script.c_str(), "--serve", "--threads", threads_arg.c_str(),
+              "--steps", steps_arg.c_str(), model.c_str(), static_cast<char*>(nullptr));
+      else
+        execl(".venv/bin/python", ".venv/bin/python", script.c_str(), "--serve", "--threads", threads_arg.c_str(),
+              "--steps", steps_arg.c_str(), "--kv", kv.c_str(), model.c_str(), static_cast<char*>(nullptr));
       _exit(127);
     }
     close(to_child[0]);
@@ -320,9 +326,10 @@ struct PeerKind {
   const char* label;   // in the table
   const char* script;  // under bench/
   const char* module;  // that the Python must import
+  bool q8_0_kv;        // whether it can keep a q8_0 K/V cache (--kv q8_0)
 };
-constexpr PeerKind kPeers[] = {{"llama.cpp", "bench/peer_llama_cpp.py", "llama_cpp"},
-                               {"torch", "bench/peer_transformers.py", "transformers"}};
+constexpr PeerKind kPeers[] = {{"llama.cpp", "bench/peer_llama_cpp.py", "llama_cpp", true},
+                               {"torch", "bench/peer_transformers.py", "transformers", false}};
 
 struct Options {
   std::vector<int> threads = {1, 2};
@@ -353,7 +360,8 @@ void print_usage(std::FILE* f) {
                "                   linear reads its packed copy either way)\n"
                "  --backend NAME   also measure a session on that backend (opencl, vulkan, cuda: plugins on\n"
                "                   TESSERA_BACKEND_PATH): prefill 128 and decode @128, all four with --backend-full\n"
-               "  --kv f32|f16|q8_0 our K/V cache's dtype (default f32; llama.cpp's peer keeps its default, f16)\n"
+               "  --kv f32|f16|q8_0 our K/V cache's dtype (default f32; llama.cpp's peer keeps its default, f16,\n"
+               "                   but for q8_0, which it then keeps too)\n"
                "  --cpu-time       time our rounds in process CPU seconds (for 1 thread on a busy machine;\n"
                "                   peers stay wall-clock)\n"
                "  --decode-only N  only a prefill of C tokens (--context C, default 128), then N decode steps on\n"
@@ -520,7 +528,9 @@ int main(int argc, char** argv) {
         std::vector<std::unique_ptr<Peer>> running;
         for (const PeerKind& kind : peers) {
           std::fprintf(stderr, "%s, %d thread(s): loading in %s\n", path.c_str(), options.threads[t], kind.script);
-          running.push_back(std::make_unique<Peer>(kind.script, path, options.threads[t], options.steps));
+          // With our q8_0 cache, llama.cpp keeps one too (like for like); else its default (f16).
+          const std::string kv = options.kv == DType::Q8_0 && kind.q8_0_kv ? "q8_0" : "";
+          running.push_back(std::make_unique<Peer>(kind.script, path, options.threads[t], options.steps, kv));
           if (!running.back()->ready()) std::fprintf(stderr, "%s did not start\n", kind.script);
         }
         measure(*s, corpus, vocab, 2, at_128, at_1024);  // warm-up: compiles the plans

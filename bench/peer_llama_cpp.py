@@ -6,6 +6,8 @@ installed, e.g.
     .venv/bin/python bench/peer_llama_cpp.py [--threads N] [--steps S] [--raw] models/*.gguf
 --threads N  llama.cpp threads for both decode and batches (default 2)
 --steps S    decode steps averaged per context (default 16)
+--kv q8_0    keep the K/V cache in q8_0 (with flash attention, which a quantised V needs); the
+             default is llama.cpp's, f16
 --serve      (one model) load once, then measure once per line read on stdin and print one line
              "prefill128 prefill512 decode128 decode1024" in seconds (per prefill, per token for
              decode): how llm_bench runs it, alternating rounds with its own
@@ -43,9 +45,12 @@ def prefill(llm, ids):
     return time.perf_counter() - start
 
 
-def load(path, threads):
+def load(path, threads, kv=None):
+    cache = {}
+    if kv == "q8_0":
+        cache = dict(type_k=llama_cpp.GGML_TYPE_Q8_0, type_v=llama_cpp.GGML_TYPE_Q8_0, flash_attn=True)
     llm = Llama(model_path=path, n_ctx=1280, n_threads=threads, n_threads_batch=threads, n_batch=512,
-                n_ubatch=512, logits_all=False, verbose=False)
+                n_ubatch=512, logits_all=False, verbose=False, **cache)
     corpus = llm.tokenize((TEXT * 120).encode(), add_bos=True)[:1024]
     measure(llm, corpus, 2)  # warm-up
     return llm, corpus
@@ -65,17 +70,18 @@ def main():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--steps", type=int, default=16)
     parser.add_argument("--serve", action="store_true")
+    parser.add_argument("--kv", choices=["f16", "q8_0"], default="f16")
     parser.add_argument("models", nargs="+")
     args = parser.parse_args()
     if args.serve:
-        llm, corpus = load(args.models[0], args.threads)
+        llm, corpus = load(args.models[0], args.threads, args.kv)
         print("ready", flush=True)
         for _ in sys.stdin:
             print(" ".join(f"{t:.9f}" for t in measure(llm, corpus, args.steps)), flush=True)
         return 0
     for path in args.models:
-        p128, p512, d128, d1024 = measure(*load(path, args.threads), args.steps)
-        print(f"{path} (llama.cpp {llama_cpp.__version__} via llama-cpp-python, {args.threads} threads)")
+        p128, p512, d128, d1024 = measure(*load(path, args.threads, args.kv), args.steps)
+        print(f"{path} (llama.cpp {llama_cpp.__version__} via llama-cpp-python, {args.threads} threads, {args.kv} K/V)")
         print(f"  prefill 128 tokens:        {128 / p128:8.1f} tokens/s  ({p128:.3f} s)")
         print(f"  prefill 512 tokens:        {512 / p512:8.1f} tokens/s  ({p512:.3f} s)")
         print(f"  decode at context 128:     {1 / d128:8.1f} tokens/s  ({d128 * 1e3:.2f} ms/token)")

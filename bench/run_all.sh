@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The figures of README's Performance section in one command: builds the two benchmarks, then
 #   llm_bench      both GGUF models, 1 and 2 threads, beside llama.cpp and PyTorch + transformers
-#                  (int8 activations, as llama.cpp), then the default 24-bit path beside llama.cpp
+#                  (int8 activations, as llama.cpp), then both engines with a q8_0 K/V cache, then
+#                  the default 24-bit path beside llama.cpp
 #   convnet_bench  TAEF2 encoder/decoder and RDN x2, 1 and 2 threads, beside PyTorch
 # each alternating rounds with its peers, and draws the chart (bench/plot.py).
 #
@@ -29,6 +30,10 @@ cmake --build build -j2 --target llm_bench convnet_bench
 TESSERA_LINEAR="${TESSERA_LINEAR:-int8}" ./build/llm_bench --rounds "${ROUNDS:-3}" --kv "${KV:-f16}" \
   --peers "${LLM_PEERS:-llama.cpp,torch}" \
   models/SmolLM2-135M-Instruct.Q4_1.gguf models/gemma-3-270m-q4_k_m.gguf | tee "$out/llm.txt"
+# Both engines with a q8_0 K/V cache (llama.cpp with flash attention, which a quantised V needs):
+# README's third table.
+TESSERA_LINEAR="${TESSERA_LINEAR:-int8}" ./build/llm_bench --rounds "${ROUNDS:-3}" --kv q8_0 --peers llama.cpp \
+  models/SmolLM2-135M-Instruct.Q4_1.gguf models/gemma-3-270m-q4_k_m.gguf | tee "$out/llm_q8_kv.txt"
 # The default path (24-bit activations, TESSERA_LINEAR unset) beside llama.cpp: README's second table.
 env -u TESSERA_LINEAR ./build/llm_bench --rounds "${ROUNDS:-3}" --kv "${KV:-f16}" --peers llama.cpp \
   models/SmolLM2-135M-Instruct.Q4_1.gguf models/gemma-3-270m-q4_k_m.gguf | tee "$out/llm_default.txt"
