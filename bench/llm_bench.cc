@@ -612,7 +612,10 @@ int main(int argc, char** argv) {
                       static_cast<long long>(on_device.back().decode_fallback),
                       static_cast<long long>(on_device.back().decode_copies));
       }
-      const auto [noop_min, noop_median] = noop_reads(*s, model->keys()[0].id, 1023, 200);
+      // A row of the first layer's K cache; a quantised cache cannot be read: the ids' row then.
+      NodeId noop_node = model->keys()[0].id;
+      if (is_quantized(s->graph().node(noop_node).dtype)) noop_node = s->graph().find_input("ids");
+      const auto [noop_min, noop_median] = noop_reads(*s, noop_node, 1023, 200);
       const auto [write_min, write_median] = hot_writes(*s, 1023, 200);
       const PlanCacheStats& plans = s->stats().plans;
       std::printf("  last session: planning per decode step %.1f us at 128, %.1f us at 1024 (median), its write "

@@ -232,6 +232,22 @@ TEST_CASE("kernels: attention's AVX-512 path gives the AVX2 path's bits") {
 
 namespace {
 
+// A decode attention for the phase tests: head dim d, hq query and hkv K/V heads, the query
+// position t of s keys.
+struct PhaseCase {
+  int64_t d, hq, hkv, t, s, window;
+  bool causal;
+  double softcap;
+  AttentionParams params() const {
+    AttentionParams p;
+    p.causal = causal;
+    p.window = window;
+    p.softcap = softcap;
+    p.scale = 1.0 / std::sqrt(static_cast<double>(d));
+    return p;
+  }
+};
+
 // One query position t of f's attention (hq heads of d columns) through `phases`: the scores
 // cut into 1, 2, 3 and 5 tiles of keys, then the values of the whole position, some heads and
 // some columns from them, each bitwise equal to the fused kernel `fast` on the position; more
@@ -274,17 +290,12 @@ TEST_CASE("kernels: attention's two phases give the fused kernel's bits, however
   // of keys, then the values of any part of the position's box (heads or columns) from them,
   // must equal the fused kernel's output bit for bit: for each K/V dtype read in place, head
   // dims with and without a tail of 8, GQA groups of 1 to 4, windows, softcaps and no mask.
-  struct Case {
-    int64_t d, hq, hkv, t, s, window;
-    bool causal;
-    double softcap;
-  };
   std::mt19937_64 rng(37);
   for (cpu::Isa isa : kernel_testing::test_isas())
     for (DType kv : {DType::F32, DType::F16})
-      for (const Case& c : {Case{64, 9, 3, 299, 300, 0, true, 0}, Case{256, 4, 1, 250, 300, 0, true, 0},
-                            Case{256, 4, 1, 299, 300, 100, true, 0}, Case{20, 8, 2, 140, 141, 0, true, 30},
-                            Case{64, 4, 4, 0, 77, 0, false, 0}, Case{16, 12, 3, 63, 64, 40, true, 5}}) {
+      for (const PhaseCase& c : {PhaseCase{64, 9, 3, 299, 300, 0, true, 0}, PhaseCase{256, 4, 1, 250, 300, 0, true, 0},
+                            PhaseCase{256, 4, 1, 299, 300, 100, true, 0}, PhaseCase{20, 8, 2, 140, 141, 0, true, 30},
+                            PhaseCase{64, 4, 4, 0, 77, 0, false, 0}, PhaseCase{16, 12, 3, 63, 64, 40, true, 5}}) {
         CAPTURE(cpu::isa_name(isa));
         CAPTURE(dtype_name(kv));
         CAPTURE(c.d);
@@ -296,10 +307,7 @@ TEST_CASE("kernels: attention's two phases give the fused kernel's bits, however
         a.hq = c.hq;
         a.hkv = c.hkv;
         a.d = a.dv = c.d;
-        a.params.causal = c.causal;
-        a.params.window = c.window;
-        a.params.softcap = c.softcap;
-        a.params.scale = 1.0 / std::sqrt(static_cast<double>(c.d));
+        a.params = c.params();
         OpFixture f;
         build(f, a, rng, kv);
         const KernelFn fast = f.optimised(isa);
@@ -367,15 +375,10 @@ TEST_CASE("kernels: attention over q8_0 keys and values matches the reference, s
 TEST_CASE("kernels: the q8_0 attention's phases give the fused kernel's bits, however they are cut") {
   // The AVX-512 VNNI kernel over q8_0 K/V has phases (a team's decode attention), each element
   // bitwise equal to the fused call; the plain kernel of the other paths has none.
-  struct Case {
-    int64_t d, hq, hkv, t, s, window;
-    bool causal;
-    double softcap;
-  };
   std::mt19937_64 rng(41);
-  for (const Case& c : {Case{64, 9, 3, 299, 300, 0, true, 0}, Case{256, 4, 1, 250, 300, 0, true, 0},
-                        Case{256, 4, 1, 299, 300, 100, true, 0}, Case{32, 8, 2, 140, 141, 0, true, 30},
-                        Case{64, 4, 4, 0, 77, 0, false, 0}, Case{96, 12, 3, 63, 64, 40, true, 5}}) {
+  for (const PhaseCase& c : {PhaseCase{64, 9, 3, 299, 300, 0, true, 0}, PhaseCase{256, 4, 1, 250, 300, 0, true, 0},
+                        PhaseCase{256, 4, 1, 299, 300, 100, true, 0}, PhaseCase{32, 8, 2, 140, 141, 0, true, 30},
+                        PhaseCase{64, 4, 4, 0, 77, 0, false, 0}, PhaseCase{96, 12, 3, 63, 64, 40, true, 5}}) {
     CAPTURE(c.d);
     CAPTURE(c.hq);
     CAPTURE(c.window);
@@ -384,12 +387,7 @@ TEST_CASE("kernels: the q8_0 attention's phases give the fused kernel's bits, ho
     Tensor q = f.graph.input("q", qs, DType::F32);
     Tensor k = f.graph.constant(ks, DType::Q8_0, q8_0_values(ks, 2.0f, rng));
     Tensor v = f.graph.constant(ks, DType::Q8_0, q8_0_values(ks, 1.0f, rng));
-    AttentionParams params;
-    params.causal = c.causal;
-    params.window = c.window;
-    params.softcap = c.softcap;
-    params.scale = 1.0 / std::sqrt(static_cast<double>(c.d));
-    f.out = attention(q, k, v, params);
+    f.out = attention(q, k, v, c.params());
     f.prepare(rng, {{-2.0, 2.0}});
     for (cpu::Isa isa : kernel_testing::test_isas()) CHECK_FALSE(cpu::attention_phases(f.graph, f.node(), f.optimised(isa)));
     if (!cpu::isa_supported(cpu::Isa::Avx512Vnni)) {
