@@ -253,12 +253,8 @@ void run_rows(const AttentionJob& job, int64_t begin, int64_t end) {
     } else if (job.phase == AttentionJob::Phase::kValues) {
       job.phase_values(b);
     } else {
-      // The tile's keys: a cut of the row's visible keys at multiples of 16 (two score runs).
       const int64_t keys = batch[0].keys;
-      auto cut = [&](int k) {
-        return k >= job.tiles ? keys : std::min(keys, (keys * k / job.tiles + 8) / 16 * 16);
-      };
-      job.phase_scores(b, cut(job.tile), cut(job.tile + 1));
+      job.phase_scores(b, phase_key_cut(keys, job.tile, job.tiles), phase_key_cut(keys, job.tile + 1, job.tiles));
     }
     r += b.count;
   }
@@ -330,8 +326,6 @@ absl::Status run_phase(const KernelArgs& args, BatchFn batch, Phase&& phase) {
   AttentionJob job;
   if (absl::Status status = start_job(args, rows, true, job); !status.ok()) return status;
   if (!job.direct) return absl::InvalidArgumentError("[attention] phases read views contiguous along their last axis");
-  for (int d = 0; d + 2 < job.rank; ++d)
-    if (args.box.extent(d) != 1) return absl::InvalidArgumentError("[attention] phases run one query position");
   job.direct_batch = batch;
   phase(job);
   run_rows(job, 0, rows.count());
@@ -340,7 +334,7 @@ absl::Status run_phase(const KernelArgs& args, BatchFn batch, Phase&& phase) {
 
 template <BatchFn kBatch, ScoresFn kScores>
 absl::Status scores_phase(const KernelArgs& args, int tile, int tiles, float* shared) {
-  if (tiles < 1 || tile < 0 || tile >= tiles) return absl::InvalidArgumentError("[attention] no such scores tile");
+  if (absl::Status status = check_phase(args, tile, tiles); !status.ok()) return status;
   return run_phase(args, kBatch, [&](AttentionJob& job) {
     job.phase = AttentionJob::Phase::kScores;
     job.phase_scores = kScores;
@@ -352,6 +346,7 @@ absl::Status scores_phase(const KernelArgs& args, int tile, int tiles, float* sh
 
 template <BatchFn kBatch, BatchFn kValues>
 absl::Status values_phase(const KernelArgs& args, const float* shared) {
+  if (absl::Status status = check_phase(args); !status.ok()) return status;
   return run_phase(args, kBatch, [&](AttentionJob& job) {
     job.phase = AttentionJob::Phase::kValues;
     job.phase_values = kValues;
@@ -360,6 +355,18 @@ absl::Status values_phase(const KernelArgs& args, const float* shared) {
 }
 
 }  // namespace
+
+int64_t phase_key_cut(int64_t keys, int k, int tiles) {
+  return k >= tiles ? keys : std::min(keys, (keys * k / tiles + 8) / 16 * 16);
+}
+
+absl::Status check_phase(const KernelArgs& args, int tile, int tiles) {
+  if (tiles < 1 || tile < 0 || tile >= tiles) return absl::InvalidArgumentError("[attention] no such scores tile");
+  if (args.box.empty()) return absl::OkStatus();
+  for (int d = 0; d + 2 < args.node.rank(); ++d)
+    if (args.box.extent(d) != 1) return absl::InvalidArgumentError("[attention] phases run one query position");
+  return absl::OkStatus();
+}
 
 int64_t attention_scratch_bytes(const Graph& graph, const Node& node, bool dense_views) {
   if (node.inputs.size() < 3) return 0;

@@ -81,8 +81,6 @@ namespace q8_vnni {
 TESSERA_VNNI_END
 #endif
 
-using RunRow = void (*)(const Q8Row& r, int8_t* q_ints, float* q_d, float* sums);
-
 // Bytes from one row of a q8_0 view (whole blocks along its last axis) to the next along `axis`.
 int64_t q8_stride(const TensorView& view, int axis) { return view.strides[axis] / 32 * 34; }
 
@@ -161,10 +159,9 @@ absl::Status for_each_batch(const KernelArgs& args, Fn&& fn) {
   return absl::OkStatus();
 }
 
-template <RunRow kRun>
-absl::Status attention_q8(const KernelArgs& args) {
+absl::Status attention_q8_portable(const KernelArgs& args) {
   return for_each_batch<false>(args, [](Q8Row* rows, int, const Q8Scratch& s) {
-    kRun(rows[0], reinterpret_cast<int8_t*>(s.q_words), s.q_d, s.sums);
+    q8_portable::run_row(rows[0], reinterpret_cast<int8_t*>(s.q_words), s.q_d, s.sums);
   });
 }
 
@@ -180,32 +177,24 @@ absl::Status attention_q8_vnni(const KernelArgs& args) {
 }
 
 // The phases (AttentionPhases) of attention_q8_vnni, one query position: the scores phase
-// writes the scores of keys [cut(tile), cut(tile + 1)) of every row (query head h) to
-// shared + h * scores_stride_of(keys); the values phase copies each row's, then runs its softmax
+// writes the scores of its tile of keys (phase_key_cut) of every row (query head h) to
+// shared + h * shared_stride(args); the values phase copies each row's, then runs its softmax
 // and its part of the columns.
-absl::Status one_position(const KernelArgs& args) {
-  for (int d = 0; d + 2 < args.node.rank(); ++d)
-    if (args.box.extent(d) != 1) return absl::InvalidArgumentError("[attention] phases run one query position");
-  return absl::OkStatus();
-}
-
 int64_t shared_stride(const KernelArgs& args) { return scores_stride_of(args.inputs[1].shape[args.node.rank() - 3]); }
 
 absl::Status q8_scores_phase(const KernelArgs& args, int tile, int tiles, float* shared) {
-  if (tiles < 1 || tile < 0 || tile >= tiles) return absl::InvalidArgumentError("[attention] no such scores tile");
-  if (absl::Status status = one_position(args); !status.ok()) return status;
+  if (absl::Status status = check_phase(args, tile, tiles); !status.ok()) return status;
   const int64_t stride = shared_stride(args);
   return for_each_batch<true>(args, [&](Q8Row* rows, int n, const Q8Scratch& s) {
-    // The tile's keys: a cut of the row's visible keys at multiples of 16.
     const int64_t keys = rows[0].keys;
-    auto cut = [&](int k) { return k >= tiles ? keys : std::min(keys, (keys * k / tiles + 8) / 16 * 16); };
     for (int h = 0; h < n; ++h) rows[h].scores = shared + rows[h].head * stride;
-    q8_vnni::run_batch_vnni(rows, n, q8_vnni::Q8Part::kScores, cut(tile), cut(tile + 1), s);
+    q8_vnni::run_batch_vnni(rows, n, q8_vnni::Q8Part::kScores, phase_key_cut(keys, tile, tiles),
+                            phase_key_cut(keys, tile + 1, tiles), s);
   });
 }
 
 absl::Status q8_values_phase(const KernelArgs& args, const float* shared) {
-  if (absl::Status status = one_position(args); !status.ok()) return status;
+  if (absl::Status status = check_phase(args); !status.ok()) return status;
   const int64_t stride = shared_stride(args);
   return for_each_batch<true>(args, [&](Q8Row* rows, int n, const Q8Scratch& s) {
     for (int h = 0; h < n; ++h) std::copy_n(shared + rows[h].head * stride, rows[h].keys, rows[h].scores);
@@ -232,7 +221,7 @@ KernelFn attention_q8_kernel(const Graph& graph, const Node& node, Isa isa) {
   if (isa != Isa::Portable) return attention_q8_avx2;
 #endif
   (void)isa;
-  return attention_q8<q8_portable::run_row>;
+  return attention_q8_portable;
 }
 
 AttentionPhases attention_q8_phases(const Graph& graph, const Node& node, KernelFn kernel) {

@@ -85,6 +85,12 @@ GroupKernelFn group_kernel(KernelFn kernel);
 // empty when it has none: the AVX2 and AVX-512 paths over f32 or f16 K/V (attention.cc), the
 // AVX-512 VNNI path over q8_0 K/V (attention_q8.cc).
 AttentionPhases attention_phases(const Graph& graph, const Node& node, KernelFn kernel);
+// For the phases of every attention kernel (attention.cc): tile k of `tiles` scores tiles of a
+// row with `keys` visible keys starts at phase_key_cut(keys, k, tiles) (a multiple of 16) and
+// ends where tile k + 1 starts; check_phase errs unless tile is one of tiles and the box is one
+// query position (or empty).
+int64_t phase_key_cut(int64_t keys, int k, int tiles);
+absl::Status check_phase(const KernelArgs& args, int tile = 0, int tiles = 1);
 
 // Per-op selectors (one per file of kernels/cpu), nullptr when the node is not covered.
 KernelFn matmul_kernel(const Graph& graph, const Node& node, Isa isa);     // matmul.cc
