@@ -26,11 +26,12 @@
 //
 // Work goes per tile row and chunk of kTiles tiles (along the lanes): the chunk's m + r - 1
 // input rows are packed (zero-padded, their columns split into m phases: column j of tile t is
-// entry t + j / m of phase j % m), transformed for every input channel, then blocks of output
-// channels run the channel sums and the output transform.
+// entry t + j / m of phase j % m) and transformed kChannelGroup input channels at a time, then
+// blocks of output channels run the channel sums and the output transform.
 // (Packing each tile row's rows anew measured faster than keeping the rows two tile rows share
 // and walking a chunk down the image: that order reads the input in short strided runs.)
-// Scratch (the call's): U unless prepared, the packed rows, V, M and m output rows.
+// Scratch (the call's): U unless prepared, a channel group's packed rows, V, M and m output rows
+// per channel of a block.
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -52,6 +53,7 @@ constexpr int64_t kPhaseLen = kEntries + 16;  // entries 0 .. kEntries of a phas
 constexpr int64_t kMinChannels = 8;
 constexpr int64_t kMaxUFloats = 1 << 21;  // bounds U's scratch (8 MiB)
 constexpr int64_t kMaxOcb = 8;            // output channels per block, any instruction set
+constexpr int64_t kChannelGroup = 4;      // input channels packed and transformed together
 
 // The conv's sizes (stride 1, dilation 1, one group, an r x r kernel, r = 3 or 5).
 struct Geometry {
@@ -69,7 +71,7 @@ struct Geometry {
   // first chunk of an edit's small box: ~100 us of a 250 us conv).
   int64_t u_block(int64_t ocb) const { return xis() * channels * ocb; }
   int64_t u_floats() const { return xis() * channels * (out_channels + kMaxOcb); }  // any ocb
-  int64_t rows_floats() const { return n() * channels * m * kPhaseLen; }
+  int64_t rows_floats() const { return n() * std::min(channels, kChannelGroup) * m * kPhaseLen; }
   int64_t v_floats() const { return xis() * channels * kTiles; }
   int64_t m_floats() const { return xis() * kMaxOcb * kTiles; }
 };
@@ -162,8 +164,9 @@ void scatter_quads(const WinogradOps& ops, const float* src, int64_t step, int64
   for (; k < k_hi; ++k) row[(k % 4) * kPhaseLen + k / 4] = src[(k - k_lo) * step];
 }
 
-void pack_rows(const WinogradOps& ops, const Geometry& g, const KernelInput& x, int64_t n,
-               int64_t ty, int64_t tx0, int64_t tiles, int64_t offset, float* rows) {
+void pack_rows(const WinogradOps& ops, const Geometry& g, const KernelInput& x, int64_t n, int64_t c_begin,
+               int64_t c_end, int64_t ty, int64_t tx0, int64_t tiles, int64_t offset, float* rows) {
+  const int64_t channels = c_end - c_begin;
   const int64_t row_lo = std::max<int64_t>(0, x.extent.begin(2)),
                 row_hi = std::min(g.height, x.extent.end(2));
   const int64_t tile = g.m;
@@ -181,15 +184,15 @@ void pack_rows(const WinogradOps& ops, const Geometry& g, const KernelInput& x, 
                   r_hi = k_lo < k_hi ? std::clamp<int64_t>(row_hi - ih0, r_lo, g.n()) : r_lo;
     const float* src = nullptr;
     if (r_lo < r_hi) {
-      const int64_t at[4] = {n, 0, ih0 + r_lo, first + k_lo};
+      const int64_t at[4] = {n, c_begin, ih0 + r_lo, first + k_lo};
       src = x.at<const float>(at);
     }
-    ops.pack_narrow(src, x.strides[1], x.strides[2], g.channels, g.n(), r_lo, r_hi, k_lo, k_hi, span, rows, kPhaseLen);
+    ops.pack_narrow(src, x.strides[1], x.strides[2], channels, g.n(), r_lo, r_hi, k_lo, k_hi, span, rows, kPhaseLen);
     return;
   }
   if (tile == 2 && k_lo == 0 && k_hi == span && step == 1 && ih0 >= row_lo && ih0 + g.n() <= row_hi) {
-    const int64_t at[4] = {n, 0, ih0, first};
-    ops.pack_pairs(x.at<const float>(at), x.strides[1], x.strides[2], g.channels, g.n(), span / 2, rows, kPhaseLen);
+    const int64_t at[4] = {n, c_begin, ih0, first};
+    ops.pack_pairs(x.at<const float>(at), x.strides[1], x.strides[2], channels, g.n(), span / 2, rows, kPhaseLen);
     return;
   }
   // Zeros where no input column is copied: span columns [0, k_lo) and [k_hi, span), or all of
@@ -199,9 +202,9 @@ void pack_rows(const WinogradOps& ops, const Geometry& g, const KernelInput& x, 
   };
   // A channel's n rows at a time: they lie one input row apart, one stream for the prefetcher
   // (rows outer, channels inner measured 3-6% slower on a 64-channel 3x3 layer).
-  for (int64_t c = 0; c < g.channels; ++c) {
+  for (int64_t c = c_begin; c < c_end; ++c) {
     for (int64_t r = 0; r < g.n(); ++r) {
-      float* row = rows + (r * g.channels + c) * tile * kPhaseLen;
+      float* row = rows + (r * channels + c - c_begin) * tile * kPhaseLen;
       const int64_t ih = ih0 + r;
       if (ih < row_lo || ih >= row_hi || k_lo >= k_hi) {
         for (int64_t phase = 0; phase < tile; ++phase)
@@ -246,11 +249,15 @@ absl::Status conv2d_winograd(const KernelArgs& args) {
   float* rows = carver.take<float>(g.rows_floats());
   float* v = carver.take<float>(g.v_floats());
   float* m = carver.take<float>(g.m_floats());
-  float* out_rows = carver.take<float>(kM * kM * kTiles);
+  float* out_rows = carver.take<float>(kMaxOcb * kM * kM * kTiles);
   if (rows == nullptr || v == nullptr || m == nullptr || out_rows == nullptr)
     return absl::InternalError("[conv2d] kernel scratch too small");
-  float* out_row[kM];
-  for (int64_t r = 0; r < kM; ++r) out_row[r] = out_rows + r * kM * kTiles;
+  // A block's output channels' rows: all of them are transformed before the first is stored, so
+  // that the stores' reads (misaligned against the transform's stores) do not wait on stores still
+  // in flight (store_runs' loads took 43% of its time with one channel's rows at a time).
+  float* out_row_of[kMaxOcb][kM];
+  for (int64_t j = 0; j < kMaxOcb; ++j)
+    for (int64_t r = 0; r < kM; ++r) out_row_of[j][r] = out_rows + (j * kM + r) * kM * kTiles;
   const int64_t ocb = ops.ocb, lanes = ops.lanes;
   const int64_t xi_v = kTiles, c_v = kXis * kTiles, xi_u = g.channels * ocb, xi_m = ocb * kTiles;
   const int64_t out_step = args.out.strides[3];
@@ -301,17 +308,23 @@ absl::Status conv2d_winograd(const KernelArgs& args) {
           if (oh >= box.begin(2) && oh < box.end(2))
             epilogue.prefetch(n, box.begin(1), box.end(1), oh, std::max(kM * segments[k].tx0, box.begin(3)),
                               std::min(kM * (segments[k].tx0 + segments[k].tiles), box.end(3)));
-      for (int64_t k = 0; k < count; ++k)
-        pack_rows(ops, g, x, n, segments[k].ty, segments[k].tx0, segments[k].tiles, segments[k].offset, rows);
-      // The entries past the last segment that the last vector's transform reads.
-      for (int64_t row = 0; row < kN * g.channels; ++row)
-        for (int64_t phase = 0; phase < kM; ++phase)
-          std::fill(rows + (kM * row + phase) * kPhaseLen + std::min(entries, entry_vectors * lanes + kExtra),
-                    rows + (kM * row + phase) * kPhaseLen + entry_vectors * lanes + kExtra, 0.0f);
-      for (int64_t c = 0; c < g.channels; ++c) {
-        const float* channel_rows[kN];
-        for (int64_t r = 0; r < kN; ++r) channel_rows[r] = rows + (r * g.channels + c) * kM * kPhaseLen;
-        ops.input_transform[kTransform](channel_rows, kPhaseLen, entry_vectors, keep, v + c * c_v, xi_v);
+      // A group of input channels at a time: their rows packed, then transformed while the rows
+      // are in the L1 cache (packing every channel's rows first sent them through the L2 cache).
+      const int64_t group = std::min(kChannelGroup, g.channels);
+      for (int64_t c0 = 0; c0 < g.channels; c0 += group) {
+        const int64_t c1 = std::min(c0 + group, g.channels), width = c1 - c0;
+        for (int64_t k = 0; k < count; ++k)
+          pack_rows(ops, g, x, n, c0, c1, segments[k].ty, segments[k].tx0, segments[k].tiles, segments[k].offset, rows);
+        // The entries past the last segment that the last vector's transform reads.
+        for (int64_t row = 0; row < kN * width; ++row)
+          for (int64_t phase = 0; phase < kM; ++phase)
+            std::fill(rows + (kM * row + phase) * kPhaseLen + std::min(entries, entry_vectors * lanes + kExtra),
+                      rows + (kM * row + phase) * kPhaseLen + entry_vectors * lanes + kExtra, 0.0f);
+        for (int64_t c = c0; c < c1; ++c) {
+          const float* channel_rows[kN];
+          for (int64_t r = 0; r < kN; ++r) channel_rows[r] = rows + (r * width + c - c0) * kM * kPhaseLen;
+          ops.input_transform[kTransform](channel_rows, kPhaseLen, entry_vectors, keep, v + c * c_v, xi_v);
+        }
       }
       // The chunk's output runs, the same for every channel (-1: steps other than 1, per run).
       int64_t run_count = -1;
@@ -347,10 +360,15 @@ absl::Status conv2d_winograd(const KernelArgs& args) {
             k += count_v;
           }
         }
-        for (int64_t j = std::max<int64_t>(0, box.begin(1) - o0); j < ocb && o0 + j < box.end(1); ++j) {
+        const int64_t j_begin = std::max<int64_t>(0, box.begin(1) - o0), j_end = std::min(ocb, box.end(1) - o0);
+        for (int64_t j = j_begin; j < j_end; ++j) {
           const int64_t o = o0 + j;
           ops.output_transform[kTransform](m + j * kTiles, xi_m, vectors, bias != nullptr ? bias->at<const float>(&o) : nullptr,
-                                       relu_in_transform, out_row);
+                                       relu_in_transform, out_row_of[j]);
+        }
+        for (int64_t j = j_begin; j < j_end; ++j) {
+          const int64_t o = o0 + j;
+          float* const* out_row = out_row_of[j];
           if (run_count >= 0) {  // unit steps: the chunk's runs in one call
             const int64_t at[4] = {n, o, box.begin(2), box.begin(3)};
             ops.store_runs(out_row, runs, run_count, args.out.at<float>(at),
@@ -427,7 +445,7 @@ int64_t winograd_scratch_bytes(const Graph& graph, const Node& node) {
   const Geometry g = geometry_of(graph, node);
   return scratch_take_bytes<float>(g.u_floats()) + scratch_take_bytes<float>(g.rows_floats()) +
          scratch_take_bytes<float>(g.v_floats()) + scratch_take_bytes<float>(g.m_floats()) +
-         scratch_take_bytes<float>(g.m * g.m * kTiles);
+         scratch_take_bytes<float>(kMaxOcb * g.m * g.m * kTiles);
 }
 
 namespace {
