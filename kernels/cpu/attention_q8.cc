@@ -51,6 +51,8 @@ struct Q8Row {
 
 // Rows of one batch, at most (the VNNI path's heads of a position sharing a K/V head).
 constexpr int kBatch = 8;
+// Keys per block of the AVX2 values pass (batch_values_avx2).
+constexpr int64_t kValueKeys = 32;
 
 // Scratch of a call: per row of a batch (kBatch rows) its scores and its quantised q (int8
 // values, as dwords for the VNNI path; per block d and, for the VNNI path, -128 times the sum
@@ -85,6 +87,9 @@ TESSERA_VNNI_END
 int64_t q8_stride(const TensorView& view, int axis) { return view.strides[axis] / 32 * 34; }
 
 int64_t scores_stride_of(int64_t longest) { return (longest + 15) / 16 * 16; }
+// Q8Scratch::sums for a box of `columns` columns: the portable row's column sums, or the AVX2
+// values pass's accumulators of up to four rows (columns from a multiple of 16, whole vectors).
+int64_t sums_floats(int64_t columns) { return 4 * ((columns + 15) / 16 * 16 + 16); }
 
 // Calls fn(rows, n, scratch) for the rows of args.box: in batches of the consecutive rows of a
 // position that read the same K/V head (at most kBatch) when kBatched, else one at a time.
@@ -104,7 +109,7 @@ absl::Status for_each_batch(const KernelArgs& args, Fn&& fn) {
   Q8Scratch scratch;
   scratch.scores_stride = scores_stride_of(longest);
   scratch.scores = carver.take<float>(kBatch * scratch.scores_stride);
-  scratch.sums = carver.take<float>(args.box.extent(col));
+  scratch.sums = carver.take<float>(sums_floats(args.box.extent(col)));
   scratch.q_d = carver.take<float>(kBatch * dim / 32);
   scratch.q_words = carver.take<int32_t>(kBatch * dim / 2);
   scratch.q_bias = carver.take<int32_t>(kBatch * dim / 32);
@@ -209,7 +214,7 @@ int64_t attention_q8_scratch_bytes(const Graph& graph, const Node& node) {
   const Shape& q = graph.node(node.inputs[0]).shape;
   const Shape& k = graph.node(node.inputs[1]).shape;
   const int64_t keys = k[k.size() - 3], dim = q.back(), columns = node.shape.back();
-  return scratch_take_bytes<float>(kBatch * scores_stride_of(keys)) + scratch_take_bytes<float>(columns) +
+  return scratch_take_bytes<float>(kBatch * scores_stride_of(keys)) + scratch_take_bytes<float>(sums_floats(columns)) +
          scratch_take_bytes<float>(kBatch * dim / 32) + scratch_take_bytes<int32_t>(kBatch * dim / 2) +
          scratch_take_bytes<int32_t>(kBatch * dim / 32);
 }
