@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include "kernels/cpu/box_rows.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -51,6 +52,15 @@ struct Q8Row {
 
 // Rows of one batch, at most (the VNNI path's heads of a position sharing a K/V head).
 constexpr int kBatch = 8;
+// fn.template operator()<n>() for a batch of 1 <= n <= kBatch rows: the kernels' batch templates
+// (run_batch_avx2, run_batch_vnni); nothing for another n.
+template <class Fn>
+void for_batch_size(int n, Fn&& fn) {
+  [&]<int... kIndex>(std::integer_sequence<int, kIndex...>) {
+    (void)((n == kIndex + 1 && (fn.template operator()<kIndex + 1>(), true)) || ...);
+  }(std::make_integer_sequence<int, kBatch>());
+}
+
 // Keys per block of the AVX2 values pass (batch_values_avx2).
 constexpr int64_t kValueKeys = 32;
 
