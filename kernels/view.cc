@@ -9,7 +9,9 @@ namespace tessera {
 namespace {
 
 // Calls copy(view_bytes, dense_bytes, bytes) for each run of `box`, in row-major order. A
-// quantised view's runs are whole blocks (its boxes are, along a last axis of stride 1).
+// quantised view's runs are whole blocks (its boxes are, along a last axis of stride 1). Where
+// the box covers the view's whole trailing axes and the view holds them one after another, their
+// rows are one run (a session read of a whole conv output is one copy, not one per image row).
 template <class Copy>
 void for_each_box_run(const TensorView& view, const Box& box, std::byte* dense, Copy copy) {
   if (box.empty()) return;
@@ -17,15 +19,23 @@ void for_each_box_run(const TensorView& view, const Box& box, std::byte* dense, 
   const int rank = box.rank();
   std::byte* base = static_cast<std::byte*>(view.data);
   if (rank == 0) return copy(base, dense, size);
-  const int64_t run = box.extent(rank - 1);
   const int64_t step = view.strides[rank - 1];
+  // Axes [inner, rank) form each run of `run` elements.
+  int inner = rank - 1;
+  int64_t run = box.extent(rank - 1);
+  while (step == 1 && inner > 0 && box[inner] == view.extent[inner] &&
+         view.strides[inner - 1] == view.strides[inner] * view.extent.extent(inner)) {
+    --inner;
+    run *= box.extent(inner);
+  }
   Box rows = box;
-  rows[rank - 1] = Interval(box.begin(rank - 1), box.begin(rank - 1) + 1);
+  for (int d = inner; d < rank; ++d) rows[d] = Interval(box.begin(d), box.begin(d) + 1);
+  const int64_t run_bytes = dtype_bytes(view.dtype, run);
   ref::for_each_index(rows, [&](const int64_t* index) {
     std::byte* p = base + dtype_bytes(view.dtype, view.offset(index));
     if (step == 1) {
-      copy(p, dense, dtype_bytes(view.dtype, run));
-      dense += dtype_bytes(view.dtype, run);
+      copy(p, dense, run_bytes);
+      dense += run_bytes;
       return;
     }
     for (int64_t j = 0; j < run; ++j, dense += size) copy(p + j * step * size, dense, size);
