@@ -61,8 +61,11 @@ void for_batch_size(int n, Fn&& fn) {
   }(std::make_integer_sequence<int, kBatch>());
 }
 
-// Keys per block of the AVX2 values pass (batch_values_avx2).
+// Keys per block of the AVX2 values pass (batch_values_avx2), and the rows it takes at a time
+// (their accumulators fill the 16 registers); a batch of more runs it twice.
 constexpr int64_t kValueKeys = 32;
+constexpr int kValueRows = 4;
+static_assert(kBatch <= 2 * kValueRows, "batch_avx2 runs the values pass at most twice");
 
 // Scratch of a call: per row of a batch (kBatch rows) its scores and its quantised q (int8
 // values, as dwords for the VNNI path; per block d and, for the VNNI path, -128 times the sum
@@ -98,8 +101,8 @@ int64_t q8_stride(const TensorView& view, int axis) { return view.strides[axis] 
 
 int64_t scores_stride_of(int64_t longest) { return (longest + 15) / 16 * 16; }
 // Q8Scratch::sums for a box of `columns` columns: the portable row's column sums, or the AVX2
-// values pass's accumulators of up to four rows (columns from a multiple of 16, whole vectors).
-int64_t sums_floats(int64_t columns) { return 4 * ((columns + 15) / 16 * 16 + 16); }
+// values pass's accumulators of kValueRows rows (columns from a multiple of 16, whole vectors).
+int64_t sums_floats(int64_t columns) { return kValueRows * ((columns + 15) / 16 * 16 + 16); }
 
 // Calls fn(rows, n, scratch) for the rows of args.box: in batches of the consecutive rows of a
 // position that read the same K/V head (at most kBatch) when kBatched, else one at a time.
