@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
 #include "backends/cpu/host_backend.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/ref/ref_kernels.h"
@@ -18,7 +19,10 @@ namespace {
 
 class CpuBackend final : public HostBackend {
  public:
-  explicit CpuBackend(bool optimised) : optimised_(optimised) {}
+  explicit CpuBackend(bool optimised) : optimised_(optimised) {
+    // The kernels' instruction set (TESSERA_CPU_ISA caps it), for logs and list_backends.
+    if (optimised_) description_ = absl::StrCat("cpu (", cpu::isa_name(cpu::detected_isa()), ")");
+  }
   std::string_view name() const override { return optimised_ ? "cpu" : "reference"; }
 
  protected:
