@@ -115,7 +115,8 @@ class Backend {
   // completed; none after it did). -1 after a successful run.
   int32_t last_failed_step() const { return last_failed_step_; }
   const BackendStats& stats() const { return stats_; }
-  // The device, in words ("opencl: <device> (<driver>)"); the name for host backends.
+  // The device, in words ("opencl: <device> (<driver>)", "cpu (avx2)": the CPU kernels'
+  // instruction set); the name for other host backends.
   std::string description() const { return description_.empty() ? std::string(name()) : description_; }
 
  protected:
