@@ -1,5 +1,5 @@
 // A host backend's run on a team of threads (HostBackend::run_team; the one-thread run and
-// everything else are in host_backend.cc): tiles per launch, claimed by the members in order,
+// everything else are in host_backend.cc): tiles per launch, claimed by the members from both ends,
 // a decode attention in its two phases, and waiting members reading ahead into the weights.
 #include <algorithm>
 #include <atomic>
@@ -17,6 +17,8 @@ using host::group_tile;
 using host::groupable;
 using host::min_tile_extent;
 using host::tile_of;
+using host::claim_tile;
+using host::claimed_tiles;
 
 namespace {
 
@@ -99,9 +101,36 @@ Box values_part(const Box& box, int tile, int tiles) {
 
 }  // namespace
 
+// Which member runs which tile: member 0 claims a launch's tiles from its last one down, the
+// other members from its first one up, so the two ends meet wherever the work balances (a
+// member the OS deschedules still holds up the others by one tile at most). With two members
+// each keeps its end of every launch, which is likely why it pays: the member that waited
+// through the light steps before a linear (member 1) read the start of its weights ahead into
+// its own caches (read_ahead) and then computes that start, where claims from one end would
+// hand member 0 every other tile, their lines then fetched from the other core; and a conv's
+// member computes the rows beside those it computed in the conv before. On the Zen 5 host, 2
+// threads, runs alternating between claims from one end and from both: SmolLM2-135M int8
+// decode (`llm_bench --decode-only`, f16 K/V) 359-375 -> 381-402 tokens/s at context 128 and
+// 272-283 -> 283-296 at 1024, prefill 2858-2912 -> 3013-3161 tokens/s (128 tokens) and
+// 2651-2692 -> 2782-2808 (512); Gemma-3-270M decode within noise (its output projection streams
+// at the read rate either way); `convnet_bench --threads 2 --rounds 2 --no-peer` (ms, best run,
+// two alternations): TAEF2 encoder full 16.7-17.0 -> 15.8, edit 3.6-3.7 -> 3.4, decoder 16.4
+// -> 14.5, RDN x2 38.1-38.3 -> 37.3-37.5.
+namespace host {
+
+uint32_t claimed_tiles(uint32_t counter) { return (counter & 0xffffu) + (counter >> 16); }
+
+uint32_t claim_tile(std::atomic<uint32_t>& claimed, uint32_t total, bool from_back) {
+  const uint32_t before = claimed.fetch_add(from_back ? 1u << 16 : 1u, std::memory_order_relaxed);
+  if (claimed_tiles(before) >= total) return total;
+  return from_back ? total - 1 - (before >> 16) : before & 0xffffu;
+}
+
+}  // namespace host
+
 // A member that claims a values tile waits for the scores tiles, which were all claimed before
-// it by members that are running them (claims are in order), so it never waits for a tile that
-// no member has reached.
+// it by members that are running them (a phased launch's claims all go from its first tile
+// up), so it never waits for a tile that no member has reached.
 absl::Status HostBackend::run_phase(const PreparedPlan& prepared, const StepLaunch& launch, uint32_t tile,
                                     uint32_t score_tiles, const LaunchTiles& tiles, std::span<std::byte> scratch,
                                     float* shared) const {
@@ -210,7 +239,7 @@ absl::Status HostBackend::run_team(const PreparedPlan& prepared, std::span<const
       // Every tile of the previous launch with tiles is done (so, by induction, of every earlier
       // launch); a member with nothing to do meanwhile reads ahead into the coming weights.
       const size_t previous = previous_[j];
-      if (previous != kNoLaunch && launch_tiles.claimed.load(std::memory_order_relaxed) < total) {
+      if (previous != kNoLaunch && claimed_tiles(launch_tiles.claimed.load(std::memory_order_relaxed)) < total) {
         read_ahead(*plan, launches, j, tiles_[previous], cursor);
         cpu::WorkerTeam::wait_at_least(tiles_[previous].done, tiles_[previous].total);
       }
@@ -219,8 +248,10 @@ absl::Status HostBackend::run_team(const PreparedPlan& prepared, std::span<const
         (*launch_times_)[previous] = std::chrono::duration<double>(now - last).count();
         last = now;
       }
-      for (uint32_t t = launch_tiles.claimed.fetch_add(1, std::memory_order_relaxed); t < total;
-           t = launch_tiles.claimed.fetch_add(1, std::memory_order_relaxed)) {
+      // Member 0 claims from the last tile down, the others from the first up (claim_tile);
+      // a phased attention's tiles are claimed in order (run_phase).
+      const bool from_back = member == 0 && score_tiles_[j] == 0;
+      for (uint32_t t = claim_tile(launch_tiles.claimed, total, from_back); t < total; t = claim_tile(launch_tiles.claimed, total, from_back)) {
         if (failed.load(std::memory_order_acquire) > j) {
           absl::Status status =
               score_tiles_[j] > 0 ? run_phase(prepared, launches[j], t, score_tiles_[j], launch_tiles, slice(member), shared)

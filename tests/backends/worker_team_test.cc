@@ -1,6 +1,8 @@
 // WorkerTeam (backends/cpu/worker_team.h): persistent members that run a job together, sleep
-// between runs, and are woken early by wake().
+// between runs, and are woken early by wake(); and how a host team's members claim a launch's
+// tiles (backends/cpu/host_plan.h).
 #include "backends/cpu/worker_team.h"
+#include "backends/cpu/host_plan.h"
 
 #include <doctest/doctest.h>
 
@@ -66,4 +68,41 @@ TEST_CASE("worker team: a team whose members sleep, or were just woken, is destr
     cpu::WorkerTeam team(2);  // never ran
   }
   CHECK(true);
+}
+
+TEST_CASE("worker team: a launch's tiles claimed from both ends go to one claim each") {
+  // One at a time, in a fixed mix of ends: the front hands out 0, 1, ..., the back total - 1,
+  // total - 2, ..., and once every tile is taken each further claim gets `total`.
+  for (uint32_t total = 1; total <= 20; ++total) {
+    CAPTURE(total);
+    std::atomic<uint32_t> claimed{0};
+    std::vector<int> times(total, 0);
+    uint32_t next_front = 0, next_back = total - 1;
+    for (uint32_t i = 0; i < total; ++i) {
+      const bool back = (i * 7 + total) % 3 == 0;
+      const uint32_t t = host::claim_tile(claimed, total, back);
+      REQUIRE(t < total);
+      CHECK(t == (back ? next_back-- : next_front++));
+      times[t] += 1;
+    }
+    for (int k = 0; k < 4; ++k) CHECK(host::claim_tile(claimed, total, k % 2 == 0) == total);
+    CHECK(host::claimed_tiles(claimed.load()) == total + 4);
+    for (uint32_t t = 0; t < total; ++t) CHECK(times[t] == 1);
+  }
+  // Concurrently: one thread from the back, two from the front.
+  for (uint32_t total : {1u, 2u, 3u, 8u, 33u, 512u}) {
+    CAPTURE(total);
+    for (int round = 0; round < 50; ++round) {
+      std::atomic<uint32_t> claimed{0};
+      std::vector<std::atomic<int>> times(total);
+      std::vector<std::thread> threads;
+      for (int m = 0; m < 3; ++m)
+        threads.emplace_back([&, m] {
+          for (uint32_t t = host::claim_tile(claimed, total, m == 0); t < total; t = host::claim_tile(claimed, total, m == 0))
+            times[t].fetch_add(1);
+        });
+      for (std::thread& t : threads) t.join();
+      for (uint32_t t = 0; t < total; ++t) CHECK(times[t].load() == 1);
+    }
+  }
 }
