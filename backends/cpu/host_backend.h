@@ -36,7 +36,8 @@ class HostBackend : public Backend {
   // (kernels compute each element the same way whatever box they get, so the cut never changes
   // a bit); a lighter launch is one tile, always run by member 0 (a chain of light steps stays on
   // one core while the others read ahead into the coming weights). Members claim tiles from a
-  // counter per launch (member 0 from the last tile down, the others from the first up: claim_tile) and start a launch once every tile of the previous one is done, so a
+  // counter per launch (member 0 from the last tile down, the others from the first up:
+  // claim_tile) and start a launch once every tile of the previous one is done, so a
   // member the OS has descheduled holds up the others only by the tile it has claimed, never by
   // the tiles it has not reached. A decode attention with fewer K/V heads than members over
   // enough keys runs in its two phases instead (attention_phases_for; host_team.cc): a scores

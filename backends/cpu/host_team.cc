@@ -251,7 +251,8 @@ absl::Status HostBackend::run_team(const PreparedPlan& prepared, std::span<const
       // Member 0 claims from the last tile down, the others from the first up (claim_tile);
       // a phased attention's tiles are claimed in order (run_phase).
       const bool from_back = member == 0 && score_tiles_[j] == 0;
-      for (uint32_t t = claim_tile(launch_tiles.claimed, total, from_back); t < total; t = claim_tile(launch_tiles.claimed, total, from_back)) {
+      auto claim = [&] { return claim_tile(launch_tiles.claimed, total, from_back); };
+      for (uint32_t t = claim(); t < total; t = claim()) {
         if (failed.load(std::memory_order_acquire) > j) {
           absl::Status status =
               score_tiles_[j] > 0 ? run_phase(prepared, launches[j], t, score_tiles_[j], launch_tiles, slice(member), shared)
