@@ -107,7 +107,8 @@ class HostBackend : public Backend {
   std::shared_ptr<cpu::WorkerTeam> team_;  // taken on the first run with threads_ > 1
   // Per launch of the current run: tiles claimed and finished (64-byte apart: members poll them).
   struct alignas(64) LaunchTiles {
-    std::atomic<uint32_t> claimed{0}, done{0};
+    std::atomic<uint64_t> claimed{0};  // from both ends: claim_tile
+    std::atomic<uint32_t> done{0};
     uint32_t total = 1;
   };
   std::unique_ptr<LaunchTiles[]> tiles_;

@@ -63,13 +63,14 @@ class HostPreparedPlan final : public PreparedPlan {
 Box group_tile(const Box& box, int tile, int tiles);
 // Whether launches [j, j + count) (consecutive steps of one group) can run as one group call.
 bool groupable(std::span<const StepLaunch> launches, size_t j, int count);
-// A launch's tiles are claimed from both ends of one counter (host_team.cc: why): its low 16
-// bits count the claims from the first tile up, its high 16 bits those from the last tile down
-// (a launch has at most 2 * 256 tiles; each member claims at most once past the last).
-// claimed_tiles: the claims a counter value holds. claim_tile: the next tile from that end, or
-// `total` once every tile is taken; each tile goes to exactly one claim.
-uint32_t claimed_tiles(uint32_t counter);
-uint32_t claim_tile(std::atomic<uint32_t>& claimed, uint32_t total, bool from_back);
+// A launch's tiles are claimed from both ends of one counter (host_team.cc: why): its low 32
+// bits count the claims from the first tile up, its high 32 bits those from the last tile down
+// (neither half can carry into the other: a launch has fewer than 2^32 tiles, and each member
+// claims at most once past the last). claimed_tiles: the claims a counter value holds.
+// claim_tile: the next tile from that end, or `total` once every tile is taken; each tile goes to
+// exactly one claim.
+uint64_t claimed_tiles(uint64_t counter);
+uint32_t claim_tile(std::atomic<uint64_t>& claimed, uint32_t total, bool from_back);
 // The least extent of axis d a tile takes.
 int64_t min_tile_extent(int d, int rank, int split_from, int split_unit);
 // Tile `member` of `members` of `box`, cut along its outermost axis with room.

@@ -1,6 +1,7 @@
 // A host backend's run on a team of threads (HostBackend::run_team; the one-thread run and
-// everything else are in host_backend.cc): tiles per launch, claimed by the members from both ends,
-// a decode attention in its two phases, and waiting members reading ahead into the weights.
+// everything else are in host_backend.cc): tiles per launch, claimed by the members from both
+// ends, a decode attention in its two phases, and waiting members reading ahead into the
+// weights.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -118,12 +119,12 @@ Box values_part(const Box& box, int tile, int tiles) {
 // -> 14.5, RDN x2 38.1-38.3 -> 37.3-37.5.
 namespace host {
 
-uint32_t claimed_tiles(uint32_t counter) { return (counter & 0xffffu) + (counter >> 16); }
+uint64_t claimed_tiles(uint64_t counter) { return (counter & 0xffffffffu) + (counter >> 32); }
 
-uint32_t claim_tile(std::atomic<uint32_t>& claimed, uint32_t total, bool from_back) {
-  const uint32_t before = claimed.fetch_add(from_back ? 1u << 16 : 1u, std::memory_order_relaxed);
+uint32_t claim_tile(std::atomic<uint64_t>& claimed, uint32_t total, bool from_back) {
+  const uint64_t before = claimed.fetch_add(from_back ? uint64_t{1} << 32 : 1, std::memory_order_relaxed);
   if (claimed_tiles(before) >= total) return total;
-  return from_back ? total - 1 - (before >> 16) : before & 0xffffu;
+  return static_cast<uint32_t>(from_back ? total - 1 - (before >> 32) : before & 0xffffffffu);
 }
 
 }  // namespace host

@@ -6,6 +6,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -75,7 +76,7 @@ TEST_CASE("worker team: a launch's tiles claimed from both ends go to one claim 
   // total - 2, ..., and once every tile is taken each further claim gets `total`.
   for (uint32_t total = 1; total <= 20; ++total) {
     CAPTURE(total);
-    std::atomic<uint32_t> claimed{0};
+    std::atomic<uint64_t> claimed{0};
     std::vector<int> times(total, 0);
     uint32_t next_front = 0, next_back = total - 1;
     for (uint32_t i = 0; i < total; ++i) {
@@ -89,11 +90,25 @@ TEST_CASE("worker team: a launch's tiles claimed from both ends go to one claim 
     CHECK(host::claimed_tiles(claimed.load()) == total + 4);
     for (uint32_t t = 0; t < total; ++t) CHECK(times[t] == 1);
   }
+  // More tiles than a 16-bit half could count: the halves never carry into each other.
+  {
+    const uint32_t total = 200000;
+    std::atomic<uint64_t> claimed{0};
+    std::vector<uint8_t> times(total, 0);
+    for (uint32_t i = 0; i < total; ++i) {
+      const uint32_t t = host::claim_tile(claimed, total, i % 3 == 0);
+      REQUIRE(t < total);
+      times[t] += 1;
+    }
+    CHECK(host::claim_tile(claimed, total, false) == total);
+    CHECK(host::claim_tile(claimed, total, true) == total);
+    CHECK(std::count(times.begin(), times.end(), uint8_t{1}) == total);
+  }
   // Concurrently: one thread from the back, two from the front.
   for (uint32_t total : {1u, 2u, 3u, 8u, 33u, 512u}) {
     CAPTURE(total);
     for (int round = 0; round < 50; ++round) {
-      std::atomic<uint32_t> claimed{0};
+      std::atomic<uint64_t> claimed{0};
       std::vector<std::atomic<int>> times(total);
       std::vector<std::thread> threads;
       for (int m = 0; m < 3; ++m)
