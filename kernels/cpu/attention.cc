@@ -31,6 +31,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/box_rows.h"
@@ -382,15 +383,31 @@ int64_t attention_scratch_bytes(const Graph& graph, const Node& node, bool dense
   return scratch_take_bytes<float>(copies ? std::max(direct, copied_floats(keys, dim, columns)) : direct);
 }
 
+#if TESSERA_HAVE_AVX2_PATHS
+namespace {
+
+// The AVX-512 path's kernel and phases for K/V elements of type T with Groups.
+template <class T, class Groups>
+constexpr KernelFn kAvx512Kernel = attention_rows<true, batch_avx512<T, Groups>, nullptr, row_avx2>;
+template <class T, class Groups>
+AttentionPhases avx512_phases() {
+  return {scores_phase<batch_avx512<T, Groups>, scores_avx512<T, Groups>>,
+          values_phase<batch_avx512<T, Groups>, values_avx512<T, Groups>>};
+}
+
+}  // namespace
+#endif
+
 KernelFn attention_kernel(const Graph& graph, const Node& node, Isa isa) {
   if (graph.node(node.inputs[0]).dtype != DType::F32) return nullptr;
   const DType kv = graph.node(node.inputs[1]).dtype;
   if (kv == DType::Q8_0) return attention_q8_kernel(graph, node, isa);  // attention_q8.cc
   if (kv != DType::F32 && kv != DType::F16 && kv != DType::BF16) return nullptr;
 #if TESSERA_HAVE_AVX2_PATHS
-  if (isa >= Isa::Avx512) {
-    if (kv == DType::F32) return attention_rows<true, batch_avx512<float>, nullptr, row_avx2>;
-    if (kv == DType::F16) return attention_rows<true, batch_avx512<uint16_t>, nullptr, row_avx2>;
+  if (isa >= Isa::Avx512 && kv != DType::BF16) {
+    const bool wide = wide_vectors();
+    if (kv == DType::F32) return wide ? kAvx512Kernel<float, Avx512Groups> : kAvx512Kernel<float, Avx512NarrowGroups>;
+    return wide ? kAvx512Kernel<uint16_t, Avx512Groups> : kAvx512Kernel<uint16_t, Avx512NarrowGroups>;
   }
   if (isa != Isa::Portable) {
     if (kv == DType::F32) return attention_rows<true, batch_avx2<float>, nullptr, row_avx2>;
@@ -408,11 +425,10 @@ AttentionPhases attention_phases(const Graph& graph, const Node& node, KernelFn 
   if (graph.node(node.inputs[1]).dtype == DType::Q8_0) return attention_q8_phases(graph, node, kernel);
   AttentionPhases phases;
 #if TESSERA_HAVE_AVX2_PATHS
-  if (kernel == attention_rows<true, batch_avx512<float>, nullptr, row_avx2>)
-    phases = {scores_phase<batch_avx512<float>, scores_avx512<float>>, values_phase<batch_avx512<float>, values_avx512<float>>};
-  if (kernel == attention_rows<true, batch_avx512<uint16_t>, nullptr, row_avx2>)
-    phases = {scores_phase<batch_avx512<uint16_t>, scores_avx512<uint16_t>>,
-              values_phase<batch_avx512<uint16_t>, values_avx512<uint16_t>>};
+  if (kernel == kAvx512Kernel<float, Avx512Groups>) phases = avx512_phases<float, Avx512Groups>();
+  if (kernel == kAvx512Kernel<float, Avx512NarrowGroups>) phases = avx512_phases<float, Avx512NarrowGroups>();
+  if (kernel == kAvx512Kernel<uint16_t, Avx512Groups>) phases = avx512_phases<uint16_t, Avx512Groups>();
+  if (kernel == kAvx512Kernel<uint16_t, Avx512NarrowGroups>) phases = avx512_phases<uint16_t, Avx512NarrowGroups>();
   if (kernel == attention_rows<true, batch_avx2<float>, nullptr, row_avx2>)
     phases = {scores_phase<batch_avx2<float>, scores_avx2<float>>, values_phase<batch_avx2<float>, values_avx2<float>>};
   if (kernel == attention_rows<true, batch_avx2<uint16_t>, nullptr, row_avx2>)

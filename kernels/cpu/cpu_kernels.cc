@@ -97,9 +97,8 @@ Isa detected_isa() {
 
 namespace {
 
-int64_t detected_stream_prefetch() {
-  if (const char* bytes = std::getenv("TESSERA_STREAM_PREFETCH"); bytes != nullptr)
-    return std::max<int64_t>(0, std::strtoll(bytes, nullptr, 10));
+// The CPU's family when it is AMD's, else 0.
+unsigned amd_family() {
 #if defined(__x86_64__)
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   if (__get_cpuid(0, &eax, &ebx, &ecx, &edx) == 0) return 0;
@@ -111,9 +110,16 @@ int64_t detected_stream_prefetch() {
   // Family: the base family (bits 8-11), plus the extended family (bits 20-27) when it is 0Fh.
   unsigned family = (eax >> 8) & 0x0F;
   if (family == 0x0F) family += (eax >> 20) & 0xFF;
-  if (family == 0x1A) return 6 << 10;
-#endif
+  return family;
+#else
   return 0;
+#endif
+}
+
+int64_t detected_stream_prefetch() {
+  if (const char* bytes = std::getenv("TESSERA_STREAM_PREFETCH"); bytes != nullptr)
+    return std::max<int64_t>(0, std::strtoll(bytes, nullptr, 10));
+  return amd_family() == 0x1A ? 6 << 10 : 0;
 }
 
 std::atomic<int64_t> stream_prefetch{-1};  // -1: not decided yet
@@ -132,6 +138,24 @@ int64_t stream_prefetch_distance() {
 }
 
 void set_stream_prefetch_distance(int64_t bytes) { stream_prefetch.store(std::max<int64_t>(0, bytes), std::memory_order_relaxed); }
+
+namespace {
+std::atomic<int> wide_choice{-1};  // -1: not decided yet
+}  // namespace
+
+bool wide_vectors() {
+  int value = wide_choice.load(std::memory_order_relaxed);
+  if (value < 0) {
+    const char* env = std::getenv("TESSERA_WIDE_VECTORS");
+    const int detected = env != nullptr && *env != 0 ? (std::strcmp(env, "0") != 0) : (amd_family() != 0x19);
+    value = -1;
+    // A setter's value wins over a detection racing it.
+    if (wide_choice.compare_exchange_strong(value, detected, std::memory_order_relaxed)) value = detected;
+  }
+  return value != 0;
+}
+
+void set_wide_vectors(bool value) { wide_choice.store(value ? 1 : 0, std::memory_order_relaxed); }
 
 const char* isa_name(Isa isa) {
   switch (isa) {

@@ -41,6 +41,17 @@ const char* isa_name(Isa isa);
 int64_t stream_prefetch_distance();
 void set_stream_prefetch_distance(int64_t bytes);
 
+// Whether the AVX-512 kernels that have both forms run their 512-bit one (two 256-bit halves'
+// work per instruction) rather than the 256-bit one with AVX-512's 32 registers; both give the
+// same bits. Decided once per process from the CPU: false on AMD family 19h (Zen 4), whose cores
+// split each 512-bit operation into two 256-bit ones (decode attention, SmolLM2-135M f16 K/V
+// with the keys in cache, kernels_bench: 39-40 us at context 1024 with the 512-bit form, 33-34
+// with the 256-bit one; inside a decode step 46-53 against 40-46), true on every other CPU with
+// AVX-512 (Zen 5 runs them at full width: 26.4 against 28.4 us). TESSERA_WIDE_VECTORS=0 or =1 in
+// the environment overrides it; the setter is for tests and benchmarks.
+bool wide_vectors();
+void set_wide_vectors(bool wide);
+
 // How linear on block-quantised weights treats its activations, from TESSERA_LINEAR in the
 // environment, read whenever a kernel is chosen (so a process can choose per session):
 // - Int24 (the default, or "int24"): every activation block scaled to 24 bits and split into

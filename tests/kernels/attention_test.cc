@@ -55,6 +55,14 @@ void build(OpFixture& f, const AttentionShape& a, std::mt19937_64& rng, DType kv
   f.prepare(rng, {{-2.0, 2.0}, {-2.0, 2.0}, {-1.0, 1.0}});
 }
 
+// Sets cpu::wide_vectors() for a scope (the AVX-512 attention kernels read it when chosen),
+// restoring the CPU's choice after.
+struct ScopedWideVectors {
+  bool saved = cpu::wide_vectors();
+  explicit ScopedWideVectors(bool wide) { cpu::set_wide_vectors(wide); }
+  ~ScopedWideVectors() { cpu::set_wide_vectors(saved); }
+};
+
 std::string label(const AttentionShape& a) {
   return shape_string(a.lead) + " T=" + std::to_string(a.t) + " S=" + std::to_string(a.s) +
          " Hq=" + std::to_string(a.hq) + " Hkv=" + std::to_string(a.hkv) +
@@ -182,14 +190,15 @@ TEST_CASE("kernels: attention decode row equals the same row of a long prefill")
   }
 }
 
-TEST_CASE("kernels: attention's AVX-512 path gives the AVX2 path's bits") {
-  // The AVX-512 path reduces eight (or four) keys' scores together, runs two keys' score chains
-  // per 512-bit vector (D a multiple of 8), sums 64 or 128 value columns per sweep of 512-bit
-  // vectors (48 or 64 of 256-bit ones after them) and runs its softmax's exps 16 lanes wide
-  // (with and without a softcap), in the same order per element as the AVX2
-  // path: its output must be bitwise equal, for every group size (1 to 4 query heads per K/V
-  // head), head dims with and without a tail of 8, columns beyond a whole chunk, keys beyond a
-  // block and not a multiple of 8 or 16, and both K/V dtypes read in place.
+TEST_CASE("kernels: attention's AVX-512 path gives the AVX2 path's bits, in both vector widths") {
+  // The AVX-512 path reduces eight (or four) keys' scores together; in its 512-bit form
+  // (cpu::wide_vectors()) it runs two keys' score chains per 512-bit vector (D a multiple of 8),
+  // sums 64 or 128 value columns per sweep of 512-bit vectors (48 or 64 of 256-bit ones after
+  // them) and runs its softmax's exps 16 lanes wide (with and without a softcap); in its
+  // 256-bit form, 64 or 48 columns a sweep of 256-bit vectors. Each in the same order per
+  // element as the AVX2 path: its output must be bitwise equal, for every group size (1 to 4
+  // query heads per K/V head), head dims with and without a tail of 8, columns beyond a whole
+  // chunk, keys beyond a block and not a multiple of 8 or 16, and both K/V dtypes read in place.
   if (!cpu::isa_supported(cpu::Isa::Avx512)) {
     MESSAGE("skipped: this CPU has no AVX-512");
     return;
@@ -224,10 +233,43 @@ TEST_CASE("kernels: attention's AVX-512 path gives the AVX2 path's bits") {
       OpFixture f;
       build(f, a, rng, kv);
       const Box full = Box::full(f.node().shape);
-      const std::vector<float> wide = f.run(f.optimised(cpu::Isa::Avx512), full);
-      const std::vector<float> narrow = f.run(f.optimised(cpu::Isa::Avx2), full);
-      CHECK(std::memcmp(wide.data(), narrow.data(), wide.size() * sizeof(float)) == 0);
+      const std::vector<float> avx2 = f.run(f.optimised(cpu::Isa::Avx2), full);
+      for (bool wide : {false, true}) {
+        CAPTURE(wide);
+        const ScopedWideVectors width(wide);
+        const KernelFn fast = f.optimised(cpu::Isa::Avx512);
+        REQUIRE(bool(fast != f.optimised(cpu::Isa::Avx2)));
+        const std::vector<float> out = f.run(fast, full);
+        CHECK(std::memcmp(out.data(), avx2.data(), out.size() * sizeof(float)) == 0);
+      }
     }
+}
+
+TEST_CASE("kernels: the AVX-512 attention's vector width follows cpu::wide_vectors") {
+  // Two kernels for each K/V dtype it reads in place, one per width, each with its phases.
+  if (!cpu::isa_supported(cpu::Isa::Avx512)) {
+    MESSAGE("skipped: this CPU has no AVX-512");
+    return;
+  }
+  std::mt19937_64 rng(38);
+  for (DType kv : {DType::F32, DType::F16}) {
+    AttentionShape a;
+    a.t = a.s = 20;
+    a.hq = 4;
+    a.hkv = 2;
+    a.d = a.dv = 16;
+    a.params.causal = true;
+    OpFixture f;
+    build(f, a, rng, kv);
+    KernelFn kernels[2];
+    for (bool wide : {false, true}) {
+      const ScopedWideVectors width(wide);
+      CHECK(cpu::wide_vectors() == wide);
+      kernels[wide] = f.optimised(cpu::Isa::Avx512);
+      CHECK(static_cast<bool>(cpu::attention_phases(f.graph, f.node(), kernels[wide])));
+    }
+    CHECK(bool(kernels[0] != kernels[1]));
+  }
 }
 
 namespace {
@@ -292,15 +334,19 @@ TEST_CASE("kernels: attention's two phases give the fused kernel's bits, however
   // dims with and without a tail of 8, GQA groups of 1 to 4, windows, softcaps and no mask.
   std::mt19937_64 rng(37);
   for (cpu::Isa isa : kernel_testing::test_isas())
+    for (bool wide : {false, true})
     for (DType kv : {DType::F32, DType::F16})
       for (const PhaseCase& c : {PhaseCase{64, 9, 3, 299, 300, 0, true, 0}, PhaseCase{256, 4, 1, 250, 300, 0, true, 0},
                             PhaseCase{256, 4, 1, 299, 300, 100, true, 0}, PhaseCase{20, 8, 2, 140, 141, 0, true, 30},
                             PhaseCase{64, 4, 4, 0, 77, 0, false, 0}, PhaseCase{16, 12, 3, 63, 64, 40, true, 5}}) {
+        if (wide && isa < cpu::Isa::Avx512) continue;  // one width below AVX-512
         CAPTURE(cpu::isa_name(isa));
+        CAPTURE(wide);
         CAPTURE(dtype_name(kv));
         CAPTURE(c.d);
         CAPTURE(c.hq);
         CAPTURE(c.window);
+        const ScopedWideVectors width(wide);
         AttentionShape a;
         a.t = c.causal ? c.s : 1;
         a.s = c.s;
