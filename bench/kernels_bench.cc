@@ -322,11 +322,12 @@ void bench_attention(const char* model, int64_t hq, int64_t hkv, int64_t d, int6
 }
 
 void run_suite(const Options& options) {
-  std::printf("== 1 thread (kernels called directly), isa %s, %s pages, weights %s, decode prefetch %lld bytes ahead ==\n",
+  std::printf("== 1 thread (kernels called directly), isa %s, %s pages, weights %s, decode prefetch %lld bytes ahead, "
+              "%d-bit vectors where both run ==\n",
               cpu::isa_name(cpu::detected_isa()),
               options.small_pages ? "small" : "huge",
               options.hot ? "cache-resident (--hot)" : "streamed from memory",
-              static_cast<long long>(cpu::stream_prefetch_distance()));
+              static_cast<long long>(cpu::stream_prefetch_distance()), cpu::wide_vectors() ? 512 : 256);
   if (options.cpu_time) std::printf("(times are process CPU time per call)\n");
   // K x N: SmolLM2-135M's MLP, Gemma-3-270M's (up, then down), the two output projections.
   const int64_t shapes[][2] = {{576, 1536}, {1536, 576}, {640, 2048}, {2048, 640}, {576, 49152}, {640, 262144}};

@@ -418,9 +418,10 @@ int main(int argc, char** argv) {
   std::vector<double> bandwidth;
   for (int threads : options.threads) bandwidth.push_back(read_bandwidth(threads, 5));
   std::printf("LLM figures, tokens/s as min-time / median-time rounds (%d rounds, %d decode steps each); our linear "
-              "kernels: TESSERA_LINEAR=%s, decode weight prefetch %lld bytes ahead; our K/V cache %s%s\n",
+              "kernels: TESSERA_LINEAR=%s, decode weight prefetch %lld bytes ahead, %d-bit vectors where both run; "
+              "our K/V cache %s%s\n",
               options.rounds, options.steps, linear != nullptr && *linear != '\0' ? linear : "(unset: int24)",
-              static_cast<long long>(cpu::stream_prefetch_distance()), dtype_name(options.kv),
+              static_cast<long long>(cpu::stream_prefetch_distance()), cpu::wide_vectors() ? 512 : 256, dtype_name(options.kv),
               g_cpu_time ? "; ours timed in process CPU seconds" : "");
   for (size_t t = 0; t < options.threads.size(); ++t)
     std::printf("read bandwidth, %d thread(s): %.1f GB/s (1 GiB huge-page buffer, best of 5)\n", options.threads[t],

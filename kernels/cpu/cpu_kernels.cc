@@ -146,8 +146,9 @@ std::atomic<int> wide_choice{-1};  // -1: not decided yet
 bool wide_vectors() {
   int value = wide_choice.load(std::memory_order_relaxed);
   if (value < 0) {
-    const char* env = std::getenv("TESSERA_WIDE_VECTORS");
-    const int detected = env != nullptr && *env != 0 ? (std::strcmp(env, "0") != 0) : (amd_family() != 0x19);
+    const char* env = std::getenv("TESSERA_WIDE_VECTORS");  // "0" or "1"; anything else: the CPU's
+    const bool set = env != nullptr && (std::strcmp(env, "0") == 0 || std::strcmp(env, "1") == 0);
+    const int detected = set ? env[0] - '0' : (amd_family() != 0x19);
     value = -1;
     // A setter's value wins over a detection racing it.
     if (wide_choice.compare_exchange_strong(value, detected, std::memory_order_relaxed)) value = detected;
