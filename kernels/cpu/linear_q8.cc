@@ -302,7 +302,7 @@ TESSERA_INLINE VB hi4(VB x) {
 // maddubs saturates pairs of u * x at int16: the high nibbles are shifted down (hi4).
 constexpr bool kScaledHighNibbles = false;
 TESSERA_INLINE VB hi4_scaled(VB x) { return hi4(x); }  // never called (kScaledHighNibbles is false)
-TESSERA_INLINE VI vsra4(VI x) { return x; }            // never called
+[[maybe_unused]] TESSERA_INLINE VI vsra4(VI x) { return x; }  // never called
 TESSERA_INLINE VB vload_nibbles(const uint8_t* p) { return vload(p); }
 // Bits 4-5 of every byte: bits 2m, 2m + 1 of h.
 TESSERA_INLINE VB high2(VB h, int m) {
