@@ -31,7 +31,6 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/box_rows.h"

@@ -122,39 +122,34 @@ int64_t detected_stream_prefetch() {
   return amd_family() == 0x1A ? 6 << 10 : 0;
 }
 
+int64_t detected_wide_vectors() {
+  const char* env = std::getenv("TESSERA_WIDE_VECTORS");  // "0" or "1"; anything else: the CPU's
+  if (env != nullptr && (std::strcmp(env, "0") == 0 || std::strcmp(env, "1") == 0)) return env[0] - '0';
+  return amd_family() != 0x19 ? 1 : 0;
+}
+
+// A choice made once per process: `choice` holds -1 until detect() (or a setter) decides it.
+// A setter's value wins over a detection racing it.
+int64_t decided(std::atomic<int64_t>& choice, int64_t (*detect)()) {
+  int64_t value = choice.load(std::memory_order_relaxed);
+  if (value < 0) {
+    const int64_t detected = detect();
+    value = -1;
+    if (choice.compare_exchange_strong(value, detected, std::memory_order_relaxed)) value = detected;
+  }
+  return value;
+}
+
 std::atomic<int64_t> stream_prefetch{-1};  // -1: not decided yet
+std::atomic<int64_t> wide_choice{-1};
 
 }  // namespace
 
-int64_t stream_prefetch_distance() {
-  int64_t bytes = stream_prefetch.load(std::memory_order_relaxed);
-  if (bytes < 0) {
-    bytes = detected_stream_prefetch();
-    int64_t undecided = -1;
-    // A setter's value wins over a detection racing it.
-    if (!stream_prefetch.compare_exchange_strong(undecided, bytes, std::memory_order_relaxed)) bytes = undecided;
-  }
-  return bytes;
-}
+int64_t stream_prefetch_distance() { return decided(stream_prefetch, detected_stream_prefetch); }
 
 void set_stream_prefetch_distance(int64_t bytes) { stream_prefetch.store(std::max<int64_t>(0, bytes), std::memory_order_relaxed); }
 
-namespace {
-std::atomic<int> wide_choice{-1};  // -1: not decided yet
-}  // namespace
-
-bool wide_vectors() {
-  int value = wide_choice.load(std::memory_order_relaxed);
-  if (value < 0) {
-    const char* env = std::getenv("TESSERA_WIDE_VECTORS");  // "0" or "1"; anything else: the CPU's
-    const bool set = env != nullptr && (std::strcmp(env, "0") == 0 || std::strcmp(env, "1") == 0);
-    const int detected = set ? env[0] - '0' : (amd_family() != 0x19);
-    value = -1;
-    // A setter's value wins over a detection racing it.
-    if (wide_choice.compare_exchange_strong(value, detected, std::memory_order_relaxed)) value = detected;
-  }
-  return value != 0;
-}
+bool wide_vectors() { return decided(wide_choice, detected_wide_vectors) != 0; }
 
 void set_wide_vectors(bool value) { wide_choice.store(value ? 1 : 0, std::memory_order_relaxed); }
 
