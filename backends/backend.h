@@ -50,7 +50,9 @@ struct BufferRegion {
 };
 
 // One step of a prepared plan to run: which step, its inputs, its output and the boxes of the
-// output to compute (each inside out.extent). View addresses are in the backend's memory.
+// output to compute (each inside out.extent). View addresses are in the backend's memory. No
+// boxes: nothing to compute (a host reshape whose output already holds its elements), and a
+// backend runs nothing for it.
 struct StepLaunch {
   int32_t step = 0;  // index into the plan's steps
   std::span<const KernelInput> inputs;

@@ -96,6 +96,17 @@ Plan& GraphSession::compile(PlanPattern pattern, bool dump) {
   return *plan;
 }
 
+namespace {
+
+// Whether every box of a reshape's step lies in its output view as in its input's view.
+bool reshape_holds_all(const KernelInput& in, const TensorView& out, const Shape& out_shape, const Region& compute) {
+  for (const Box& box : compute.boxes())
+    if (!reshape_in_place(in, in.shape, out, out_shape, box)) return false;
+  return !compute.empty();
+}
+
+}  // namespace
+
 // Runs the plan's kernels over the steps' boxes. Transient outputs live in the arena at the
 // plan's offsets (the device arena for device steps); kept outputs in their own full-size
 // buffers. Consecutive steps on one backend run in one backend call (one parallel region on
@@ -151,6 +162,10 @@ void GraphSession::execute(const Plan& plan, std::span<const Step> steps, bool c
     }
     launches_[i] = StepLaunch{plan.backend_step[i], std::span<const KernelInput>(input_views_.data() + next, n.inputs.size()),
                               v.view, step.compute.boxes()};
+    // A reshape placed over its input's block (the memory plan's in-place reuse) already holds
+    // its elements: its launch gets no boxes, and the backend skips it.
+    if (n.kind == OpKind::Reshape && !device_step && reshape_holds_all(input_views_[next], v.view, n.shape, step.compute))
+      launches_[i].boxes = {};
     next += n.inputs.size();
   }
   if (status.ok() && !steps.empty()) status = run_segment(plan, begin, steps.size(), scratch, count, failed);

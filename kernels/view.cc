@@ -42,7 +42,36 @@ void for_each_box_run(const TensorView& view, const Box& box, std::byte* dense, 
   });
 }
 
+// Whether the run of row-major linear indices [first, first + count) of a tensor of `shape`
+// lies in `view` one element after another: every dimension whose index changes along the run
+// has the dense stride.
+bool run_is_dense(const TensorView& view, const Shape& shape, int64_t first, int64_t count) {
+  int64_t block = 1;
+  for (int d = static_cast<int>(shape.size()) - 1; d >= 0; --d) {
+    if (first / block != (first + count - 1) / block && view.strides[d] != block) return false;
+    block *= shape[static_cast<size_t>(d)];
+  }
+  return true;
+}
+
 }  // namespace
+
+bool reshape_in_place(const TensorView& in, const Shape& in_shape, const TensorView& out, const Shape& out_shape,
+                      const Box& box) {
+  if (box.empty() || in.data == nullptr || out.data == nullptr || !is_linear_run(box, out_shape)) return false;
+  const int64_t first = linear_begin(box, out_shape);
+  int64_t out_index[kMaxRank], in_index[kMaxRank];
+  for (int e = 0; e < box.rank(); ++e) out_index[e] = box.begin(e);
+  int64_t rest = first;
+  for (int e = static_cast<int>(in_shape.size()) - 1; e >= 0; --e) {
+    in_index[e] = rest % in_shape[static_cast<size_t>(e)];
+    rest /= in_shape[static_cast<size_t>(e)];
+  }
+  const int64_t size = dtype_size(out.dtype), count = box.volume();
+  return static_cast<const std::byte*>(out.data) + out.offset(out_index) * size ==
+             static_cast<const std::byte*>(in.data) + in.offset(in_index) * size &&
+         run_is_dense(out, out_shape, first, count) && run_is_dense(in, in_shape, first, count);
+}
 
 void copy_box_to_view(const TensorView& view, const Box& box, const void* dense) {
   for_each_box_run(view, box, static_cast<std::byte*>(const_cast<void*>(dense)),

@@ -39,6 +39,14 @@ TensorView dense_view(void* data, DType dtype, const Box& extent);
 void copy_box_to_view(const TensorView& view, const Box& box, const void* dense);
 void copy_box_from_view(const TensorView& view, const Box& box, void* dense);
 
+// Whether a reshape's output view already holds box `box` of its output (of `out_shape`) as its
+// input view holds them (of `in_shape`): the box is one run of row-major linear indices, that
+// run lies densely in both views, and it starts at the same address in both. The planner places
+// a reshape over its dying input's block when its box and the input's are the same run
+// (planner/plan.cc); such a reshape has nothing to move.
+bool reshape_in_place(const TensorView& in, const Shape& in_shape, const TensorView& out, const Shape& out_shape,
+                      const Box& box);
+
 // What a kernel knows of one input: a view of (at least) the box it reads, plus the whole
 // tensor's shape (broadcasting and bounds need it; the view's extent may be only a part).
 // `dtype` (in the view) is the input's dtype.

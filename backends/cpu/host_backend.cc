@@ -410,12 +410,14 @@ absl::Status HostBackend::run(const PreparedPlan& prepared, std::span<const Step
     kv_prefetch_.assign(launches.size(), kNoLaunch);
     size_t last_stream = kNoLaunch;
     for (size_t j = 0; j < launches.size(); ++j) {
+      if (launches[j].boxes.empty()) continue;  // nothing to run (an in-place reshape)
       const HostStep& step = plan->steps[static_cast<size_t>(launches[j].step)];
       if (step.kv_heads > 0 && last_stream != kNoLaunch) kv_prefetch_[last_stream] = j;
       if (step.kv_heads > 0) last_stream = kNoLaunch;
       else if (step.stream_bytes > 0) last_stream = j;
     }
     for (size_t j = 0; j < launches.size(); ++j) {
+      if (launches[j].boxes.empty()) continue;
       const HostStep& step = plan->steps[static_cast<size_t>(launches[j].step)];
       const int count = step.group_size > 1 && groupable(launches, j, step.group_size) ? step.group_size : 1;
       prefetch_launch(*plan, launches, j + static_cast<size_t>(count) - 1);
@@ -429,6 +431,7 @@ absl::Status HostBackend::run(const PreparedPlan& prepared, std::span<const Step
         last_failed_step_ = launches[j].step;
         return status;
       }
+      stats_.launches += count;
       stats_.grouped_launches += count - 1;
       // A group's time is its first launch's.
       if (launch_times_ != nullptr)

@@ -172,7 +172,7 @@ absl::Status HostBackend::run_team(const PreparedPlan& prepared, std::span<const
     tiles_[j].claimed.store(0, std::memory_order_relaxed);
     tiles_[j].done.store(0, std::memory_order_relaxed);
     previous_[j] = last_with_tiles;
-    if (group_count_[j] == 0) {
+    if (group_count_[j] == 0 || launches[j].boxes.empty()) {  // a group's later member, or nothing to run
       tiles_[j].total = 0;
       continue;
     }
@@ -208,6 +208,7 @@ absl::Status HostBackend::run_team(const PreparedPlan& prepared, std::span<const
       ++stats_.phased_launches;
     }
     tiles_[j].total = static_cast<uint32_t>(tiles);
+    stats_.launches += group_count_[j];
   }
   // For read_ahead: each launch's first streaming launch at or after it, and the bytes streamed
   // by the launches before each.

@@ -16,38 +16,6 @@ namespace tessera::cpu {
 
 namespace {
 
-// Whether the run of row-major linear indices [first, first + count) of a tensor of `shape`
-// lies in `view` one element after another: every dimension whose index changes along the run
-// has the dense stride.
-bool run_is_dense(const TensorView& view, const Shape& shape, int64_t first, int64_t count) {
-  int64_t block = 1;
-  for (int d = static_cast<int>(shape.size()) - 1; d >= 0; --d) {
-    if (first / block != (first + count - 1) / block && view.strides[d] != block) return false;
-    block *= shape[static_cast<size_t>(d)];
-  }
-  return true;
-}
-
-// Whether a reshape's output box already holds its elements: the box is one run of row-major
-// linear indices, that run lies densely in both views, and it starts at the same address in
-// both. The planner places a reshape over its dying input's block when its box and the input's
-// are the same run (planner/plan.cc, with the same is_linear_run).
-bool same_elements(const TensorView& in, const Shape& in_shape, const TensorView& out, const Shape& out_shape,
-                   const Box& box) {
-  if (!is_linear_run(box, out_shape)) return false;
-  const int64_t first = linear_begin(box, out_shape);
-  int64_t out_index[kMaxRank], in_index[kMaxRank];
-  for (int e = 0; e < box.rank(); ++e) out_index[e] = box.begin(e);
-  int64_t rest = first;
-  for (int e = static_cast<int>(in_shape.size()) - 1; e >= 0; --e) {
-    in_index[e] = rest % in_shape[static_cast<size_t>(e)];
-    rest /= in_shape[static_cast<size_t>(e)];
-  }
-  const int64_t size = dtype_size(out.dtype), count = box.volume();
-  return element(out, out_index, size) == element(in, in_index, size) && run_is_dense(out, out_shape, first, count) &&
-         run_is_dense(in, in_shape, first, count);
-}
-
 // Output rows map to consecutive row-major linear indices of the input; each row is copied in
 // runs that stay within one input row.
 absl::Status reshape_copy(const KernelArgs& args) {
@@ -64,7 +32,7 @@ absl::Status reshape_copy(const KernelArgs& args) {
     std::memmove(element(args.out, zero, size), element(in, zero, size), static_cast<size_t>(size));
     return absl::OkStatus();
   }
-  if (same_elements(in, args.inputs[0].shape, args.out, out_shape, box)) return absl::OkStatus();
+  if (reshape_in_place(in, args.inputs[0].shape, args.out, out_shape, box)) return absl::OkStatus();
   const int64_t in_row = in_shape.back();
   const int64_t in_step = in.strides[in_rank - 1], out_step = args.out.strides[out_rank - 1];
   const BoxRows rows(box);

@@ -290,6 +290,49 @@ TEST_CASE("backends: linears sharing x run as one group call, with the same bits
   }
 }
 
+// A reshape that the memory plan placed over its input's block already holds its elements: the
+// session gives its launch no boxes and the backend runs nothing for it (StepLaunch), on one
+// thread and on a team, with the bits of the same ops without the reshape; a reshape computed
+// straight into the caller's buffer (the read's target) still runs.
+TEST_CASE("backends: an in-place reshape is not launched, with the same bits") {
+  const int64_t rows = 6, cols = 8;
+  Graph g, flat;
+  Tensor x = g.input("x", {rows, cols}, DType::F32);
+  Tensor r = reshape(exp(x), {rows, 2, 4});
+  g.output("z", neg(r));
+  g.output("r", r);
+  Tensor fx = flat.input("x", {rows, cols}, DType::F32);
+  Tensor e = exp(fx);
+  flat.output("z", neg(e));
+  flat.output("r", e);
+  const std::vector<float> xs = random_values(rows * cols, 21), edit = random_values(cols, 22);
+  for (int threads : {1, 2}) {
+    CAPTURE(threads);
+    SessionOptions options;
+    options.threads = threads;
+    options.cache_budget_bytes = 0;  // nothing kept: every read computes exp, reshape and neg
+    GraphSession want(flat, options);
+    want.write("x", Box{{0, rows}, {0, cols}}, xs);
+    want.write("x", Box{{3, 4}, {0, cols}}, edit);
+    const std::vector<float> want_z = want.read<float>("z", Box{{0, rows}, {0, cols}});
+    const std::vector<float> want_r = want.read<float>("r", Box{{3, 4}, {0, cols}});
+    GraphSession s(g, options);
+    s.write("x", Box{{0, rows}, {0, cols}}, xs);
+    s.write("x", Box{{3, 4}, {0, cols}}, edit);
+    int64_t before = s.backend().stats().launches;
+    const std::vector<float> z = s.read<float>("z", Box{{0, rows}, {0, 2}, {0, 4}});
+    CHECK(s.stats().steps == 3);
+    CHECK(s.backend().stats().launches - before == 2);  // exp and neg
+    CHECK(bitwise_equal(z, want_z));
+    const std::vector<float> row = s.read<float>("z", Box{{3, 4}, {0, 2}, {0, 4}});
+    CHECK(bitwise_equal(row, std::vector<float>(want_z.begin() + 3 * cols, want_z.begin() + 4 * cols)));
+    before = s.backend().stats().launches;
+    const std::vector<float> rr = s.read<float>("r", Box{{3, 4}, {0, 2}, {0, 4}});
+    CHECK(s.backend().stats().launches - before == 2);  // exp, then the reshape into the caller's row
+    CHECK(bitwise_equal(rr, want_r));
+  }
+}
+
 // A team of more members than K/V heads runs a decode step's attention over enough keys in its
 // two phases (AttentionPhases: scores cut into tiles of keys, then values cut into columns),
 // with the bits of one thread's fused call and of the same row of a full read; other teams cut
