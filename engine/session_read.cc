@@ -163,9 +163,8 @@ void GraphSession::execute(const Plan& plan, std::span<const Step> steps, bool c
     launches_[i] = StepLaunch{plan.backend_step[i], std::span<const KernelInput>(input_views_.data() + next, n.inputs.size()),
                               v.view, step.compute.boxes()};
     // A reshape placed over its input's block (the memory plan's in-place reuse) already holds
-    // its elements: its launch gets no boxes, and the backend skips it (plain dtypes: the check
-    // addresses elements, not a quantised value's blocks).
-    if (n.kind == OpKind::Reshape && !device_step && !is_quantized(n.dtype) && reshape_holds_all(input_views_[next], v.view, n.shape, step.compute))
+    // its elements: its launch gets no boxes, and the backend skips it.
+    if (n.kind == OpKind::Reshape && !device_step && reshape_holds_all(input_views_[next], v.view, n.shape, step.compute))
       launches_[i].boxes = {};
     next += n.inputs.size();
   }

@@ -58,7 +58,8 @@ bool run_is_dense(const TensorView& view, const Shape& shape, int64_t first, int
 
 bool reshape_in_place(const TensorView& in, const Shape& in_shape, const TensorView& out, const Shape& out_shape,
                       const Box& box) {
-  if (box.empty() || in.data == nullptr || out.data == nullptr || !is_linear_run(box, out_shape)) return false;
+  if (is_quantized(out.dtype) || box.empty() || in.data == nullptr || out.data == nullptr || !is_linear_run(box, out_shape))
+    return false;
   const int64_t first = linear_begin(box, out_shape);
   int64_t out_index[kMaxRank], in_index[kMaxRank];
   for (int e = 0; e < box.rank(); ++e) out_index[e] = box.begin(e);

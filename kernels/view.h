@@ -43,7 +43,8 @@ void copy_box_from_view(const TensorView& view, const Box& box, void* dense);
 // input view holds them (of `in_shape`): the box is one run of row-major linear indices, that
 // run lies densely in both views, and it starts at the same address in both. The planner places
 // a reshape over its dying input's block when its box and the input's are the same run
-// (planner/plan.cc); such a reshape has nothing to move.
+// (planner/plan.cc); such a reshape has nothing to move. Plain dtypes only (false for a
+// quantised value, whose views address blocks, not elements).
 bool reshape_in_place(const TensorView& in, const Shape& in_shape, const TensorView& out, const Shape& out_shape,
                       const Box& box);
 
